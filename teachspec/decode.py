@@ -1,0 +1,94 @@
+"""Plain autoregressive decoding: the baseline every speedup is measured against.
+
+One target forward pass per token, each on top of the KV cache of everything before it:
+
+    logits = target(prompt)                       # prefill: the whole prompt in one pass
+    repeat: x ~ warp(logits[-1]); logits = target(x)
+
+Greedy output is token-identical to transformers' own `generate` (a test checks it). Each step records a
+`Plain` event so the same views that animate speculation can show the baseline.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+from transformers import PreTrainedModel
+
+from teachspec import kv
+from teachspec.checks import check_context, check_int, check_prompt
+from teachspec.events import EventLog, Finish, Plain, Prefill, RequestStart
+from teachspec.models.pair import Pair, load_pair
+from teachspec.sampling import SamplingParams, sample, warp
+from teachspec.stats import Stats
+
+
+@dataclass
+class Generation:
+    text: str  # the new text only
+    tokens: list[int]  # the new token ids
+    prompt: list[int]
+    finish_reason: str  # "eos" or "length"
+    stats: Stats = field(default_factory=Stats)
+
+
+def pick(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> tuple[int, float]:
+    """Choose the next token from one row of logits; return it with its probability under the warped p."""
+    p = warp(logits, params)
+    token = int(p.argmax()) if params.greedy else int(sample(p, generator))
+    return token, float(p[token])
+
+
+@torch.inference_mode()
+def decode(model: PreTrainedModel, prompt: list[int], max_new_tokens: int, params: SamplingParams,
+           generator: torch.Generator | None, eos_token_id: int | None, vocab_size: int,
+           events: EventLog | None = None, request: int = 0) -> tuple[list[int], str, Stats]:
+    events = events if events is not None else EventLog()
+    stats = Stats(prompt_tokens=len(prompt))
+    events.emit(RequestStart, request, prompt_tokens=len(prompt), prompt=list(prompt))
+    t_start = time.perf_counter()
+    tokens: list[int] = []
+    reason = "length"
+    if max_new_tokens > 0:
+        cache = kv.new_cache(model)
+        logits = kv.forward(model, prompt, cache, 1, vocab_size)[0]  # prefill yields the first token's logits
+        ms = 1e3 * (time.perf_counter() - t_start)
+        stats.target_passes, stats.target_s = 1, ms / 1e3
+        events.emit(Prefill, request, cached=0, computed=len(prompt), ms=ms)
+        while True:
+            token, p = pick(logits, params, generator)
+            tokens.append(token)
+            events.emit(Plain, request, step=len(tokens) - 1, position=len(prompt) + len(tokens) - 1,
+                        token=token, p=p, ms=ms)
+            if token == eos_token_id:
+                reason = "eos"
+                break
+            if len(tokens) == max_new_tokens:
+                break
+            t0 = time.perf_counter()
+            logits = kv.forward(model, [token], cache, 1, vocab_size)[0]
+            ms = 1e3 * (time.perf_counter() - t0)
+            stats.target_s += ms / 1e3
+            stats.target_passes += 1
+    stats.wall_s = time.perf_counter() - t_start
+    stats.new_tokens = len(tokens)
+    events.emit(Finish, request, new_tokens=len(tokens), reason=reason, ms=1e3 * stats.wall_s)
+    return tokens, reason, stats
+
+
+def generate(prompt: str | list[int], max_new_tokens: int = 64, temperature: float = 0.0, top_k: int | None = None,
+             top_p: float | None = None, seed: int | None = None, pair: Pair | str = "tiny",
+             events: EventLog | None = None) -> Generation:
+    """Continue `prompt` with the pair's target model, one token per forward pass."""
+    pair = load_pair(pair) if isinstance(pair, str) else pair
+    params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p)
+    max_new_tokens = check_int("max_new_tokens", max_new_tokens, 0)
+    ids = check_prompt(prompt, pair.encode)
+    check_context(len(ids), max_new_tokens, pair.context)
+    generator = torch.Generator(device=pair.device)
+    generator.manual_seed(seed if seed is not None else torch.seed())
+    tokens, reason, stats = decode(pair.target, ids, max_new_tokens, params, generator, pair.eos_token_id,
+                                   pair.vocab_size, events)
+    return Generation(pair.decode(tokens), tokens, ids, reason, stats)

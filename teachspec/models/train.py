@@ -1,0 +1,272 @@
+"""Train the bundled draft/target pair from scratch, on Python's own documentation and source.
+
+    python -m teachspec.models.train --stage all           # tokenizer, target, draft: about 90 minutes on 2 cores
+    python -m teachspec.models.train --stage draft         # retrain only the draft against the saved target
+
+Stages, each seeded and each writing into `--out` (default: the bundled `teachspec/models/tiny/`):
+1. **tokenizer**: byte-level BPE with a 4096-token vocabulary and one special token, `<|endoftext|>`.
+2. **target**: a 6-layer, 384-wide Llama trained with cross-entropy for a fixed wall-clock budget. The learning
+   rate warms up, then follows a cosine to 10% over the budget, so a slower machine trains fewer steps but still
+   finishes its schedule.
+3. **draft**: a 1-layer, 128-wide Llama, first trained with cross-entropy, then distilled from the target
+   (Hinton et al. 2015): the loss is KL(p || q) on every position plus a little cross-entropy. Half of each
+   distillation batch is text the target wrote itself from corpus prompts, because speculation is scored on the
+   target's own continuations, not on the corpus (the on-policy idea of DistillSpec, Zhou et al. 2023).
+
+Weights are saved in float16 (half the size on disk) and upcast when loaded. Training runs in float32: bfloat16
+autocast was twice as slow on the CPUs this was built on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+from teachspec.models import corpus
+
+EOS = "<|endoftext|>"
+BUNDLED = Path(__file__).parent / "tiny"
+
+
+@dataclass
+class Size:
+    n_layer: int
+    n_embd: int
+    n_head: int
+
+
+TARGET = Size(n_layer=6, n_embd=384, n_head=6)
+DRAFT = Size(n_layer=1, n_embd=128, n_head=2)
+
+
+def llama_config(size: Size, vocab_size: int, eos_id: int, context: int) -> LlamaConfig:
+    return LlamaConfig(
+        vocab_size=vocab_size, hidden_size=size.n_embd, intermediate_size=4 * size.n_embd,
+        num_hidden_layers=size.n_layer, num_attention_heads=size.n_head, num_key_value_heads=size.n_head,
+        max_position_embeddings=context, tie_word_embeddings=True,  # tying halves the small models' size
+        bos_token_id=eos_id, eos_token_id=eos_id, pad_token_id=eos_id,
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# tokenizer and data
+
+def train_tokenizer(texts: list[str], vocab_size: int) -> Tokenizer:
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2, special_tokens=[EOS],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(texts, trainer)
+    return tok
+
+
+def save_tokenizer(tok: Tokenizer, out: Path, context: int) -> None:
+    """tokenizer.json plus the small config that lets `AutoTokenizer.from_pretrained(out)` open it."""
+    wrapped = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, bos_token=EOS, pad_token=EOS)
+    wrapped.model_max_length = context
+    wrapped.save_pretrained(out)
+
+
+def token_stream(tok: Tokenizer, docs: list[corpus.Document], doc_repeats: int) -> torch.Tensor:
+    """All documents as one long run of token ids, each followed by EOS; documentation repeated `doc_repeats`
+    times so the much larger source does not drown it."""
+    eos = tok.token_to_id(EOS)
+    ids: list[int] = []
+    encoded = tok.encode_batch([d.text for d in docs])
+    for d, e in zip(docs, encoded):
+        for _ in range(1 if d.kind == "source" else doc_repeats):
+            ids.extend(e.ids)
+            ids.append(eos)
+    return torch.tensor(ids, dtype=torch.long)
+
+
+def batches(stream: torch.Tensor, batch: int, seq_len: int, gen: torch.Generator):
+    while True:
+        starts = torch.randint(0, len(stream) - seq_len - 1, (batch,), generator=gen)
+        x = torch.stack([stream[s:s + seq_len + 1] for s in starts.tolist()])  # (B, T+1)
+        yield x[:, :-1], x[:, 1:]
+
+
+@torch.no_grad()
+def val_loss(model: LlamaForCausalLM, stream: torch.Tensor, seq_len: int, n_windows: int = 64) -> float:
+    model.eval()
+    starts = torch.linspace(0, len(stream) - seq_len - 2, n_windows).long()
+    total = 0.0
+    for s in starts.tolist():
+        x = stream[s:s + seq_len + 1][None]
+        total += F.cross_entropy(model(input_ids=x[:, :-1]).logits[0], x[0, 1:]).item()
+    model.train()
+    return total / n_windows
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the training loop, shared by the target and both draft phases
+
+@dataclass
+class RunLog:
+    minutes: float = 0.0
+    steps: int = 0
+    tokens: int = 0
+    train_loss: float = float("nan")
+    val_loss: float = float("nan")
+
+
+def fit(model, loss_fn, data, minutes: float, lr: float, val, seq_len: int, label: str, warmup: int = 100) -> RunLog:
+    """Train until the wall-clock budget is spent; lr warms up, then a cosine over the *time* budget to 10%."""
+    decay, no_decay = [], []
+    for n, p in model.named_parameters():
+        (no_decay if p.ndim < 2 else decay).append(p)
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=lr, betas=(0.9, 0.95))
+    log, t0, ema = RunLog(), time.time(), None
+    budget = minutes * 60
+    while (elapsed := time.time() - t0) < budget:
+        frac = elapsed / budget
+        scale = min(1.0, (log.steps + 1) / warmup) * (0.1 + 0.45 * (1 + math.cos(math.pi * frac)))
+        for g in opt.param_groups:
+            g["lr"] = lr * scale
+        x, y = next(data)
+        loss = loss_fn(model, x, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        log.steps += 1
+        log.tokens += x.numel()
+        ema = loss.item() if ema is None else 0.98 * ema + 0.02 * loss.item()
+        if log.steps % 100 == 0:
+            print(f"[{label}] step {log.steps} {elapsed / 60:.1f} min loss {ema:.3f} "
+                  f"{log.tokens / elapsed:.0f} tok/s", flush=True)
+        if log.steps % 1000 == 0:
+            print(f"[{label}] val {val_loss(model, val, seq_len):.3f}", flush=True)
+    log.minutes, log.train_loss, log.val_loss = (time.time() - t0) / 60, ema, val_loss(model, val, seq_len)
+    print(f"[{label}] done: {asdict(log)}", flush=True)
+    return log
+
+
+def cross_entropy(model, x, y):
+    return F.cross_entropy(model(input_ids=x).logits.flatten(0, 1), y.flatten())
+
+
+def distillation(target, ce_weight: float = 0.1):
+    """KL(p || q) at every position (p target, q draft) plus a little cross-entropy on the data."""
+    def loss_fn(model, x, y):
+        with torch.no_grad():
+            log_p = F.log_softmax(target(input_ids=x).logits, dim=-1)
+        log_q = F.log_softmax(model(input_ids=x).logits, dim=-1)
+        kl = F.kl_div(log_q.flatten(0, 1), log_p.flatten(0, 1), log_target=True, reduction="batchmean")
+        return kl + ce_weight * F.nll_loss(log_q.flatten(0, 1), y.flatten())
+    return loss_fn
+
+
+@torch.no_grad()
+def self_written(target, stream: torch.Tensor, n_seq: int, prompt_len: int, new: int, gen: torch.Generator):
+    """The target's own continuations of random corpus windows, half greedy and half sampled at temperature 1."""
+    rows = []
+    for i in range(0, n_seq, 32):
+        starts = torch.randint(0, len(stream) - prompt_len, (32,), generator=gen)
+        prompt = torch.stack([stream[s:s + prompt_len] for s in starts.tolist()])
+        greedy = i % 64 == 0
+        out = target.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=new,
+                              min_new_tokens=new, do_sample=not greedy, top_k=None, top_p=None,
+                              temperature=None if greedy else 1.0, pad_token_id=0)
+        rows.append(out)
+    return torch.cat(rows)  # (n_seq, prompt_len + new)
+
+
+def row_batches(rows: torch.Tensor, batch: int, gen: torch.Generator):
+    while True:
+        x = rows[torch.randint(0, len(rows), (batch,), generator=gen)]
+        yield x[:, :-1], x[:, 1:]
+
+
+def mixed(a, b):
+    while True:
+        yield next(a)
+        yield next(b)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--stage", choices=["tokenizer", "target", "draft", "all"], default="all")
+    ap.add_argument("--out", type=Path, default=BUNDLED)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--vocab", type=int, default=4096)
+    ap.add_argument("--context", type=int, default=2048, help="max_position_embeddings of both models")
+    ap.add_argument("--seq-len", type=int, default=1024, help="training window")
+    ap.add_argument("--long-seq-len", type=int, default=2048, help="window for the target's last phase")
+    ap.add_argument("--target-minutes", type=float, default=60)
+    ap.add_argument("--long-fraction", type=float, default=0.15, help="share of the target budget on long windows")
+    ap.add_argument("--draft-minutes", type=float, default=5)
+    ap.add_argument("--kd-minutes", type=float, default=10)
+    ap.add_argument("--self-written", type=int, default=512, help="target continuations to distil on")
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    random.seed(args.seed)
+    args.out.mkdir(parents=True, exist_ok=True)
+    stats_path = args.out / "training.json"
+    stats = json.loads(stats_path.read_text()) if stats_path.exists() else {}
+
+    train_docs, val_docs = corpus.build(seed=args.seed)
+    if args.stage in ("tokenizer", "all"):
+        tok = train_tokenizer([d.text for d in train_docs], args.vocab)
+        save_tokenizer(tok, args.out, args.context)
+    tok = Tokenizer.from_file(str(args.out / "tokenizer.json"))
+    eos = tok.token_to_id(EOS)
+    train = token_stream(tok, train_docs, doc_repeats=2)
+    val = token_stream(tok, [d for d in val_docs if d.kind != "source"], doc_repeats=1)
+    stats["corpus"] = {"train_documents": len(train_docs), "val_documents": len(val_docs),
+                       "train_tokens_per_epoch": len(train), "val_tokens": len(val),
+                       "train_chars": sum(len(d.text) for d in train_docs)}
+    print(stats["corpus"], flush=True)
+    gen = torch.Generator().manual_seed(args.seed)
+
+    if args.stage in ("target", "all"):
+        target = LlamaForCausalLM(llama_config(TARGET, tok.get_vocab_size(), eos, args.context))
+        short = args.target_minutes * (1 - args.long_fraction)
+        log1 = fit(target, cross_entropy, batches(train, 4, args.seq_len, gen), short, 1e-3, val, args.seq_len,
+                   "target")
+        log2 = fit(target, cross_entropy, batches(train, 2, args.long_seq_len, gen),
+                   args.target_minutes - short, 3e-4, val, args.long_seq_len, "target-long", warmup=10)
+        target.to(torch.float16).save_pretrained(args.out / "target")
+        stats["target"] = {"params": sum(p.numel() for p in target.parameters()), "size": asdict(TARGET),
+                           "phases": [asdict(log1), asdict(log2)], "seq_lens": [args.seq_len, args.long_seq_len]}
+        stats_path.write_text(json.dumps(stats, indent=2))
+
+    if args.stage in ("draft", "all"):
+        target = LlamaForCausalLM.from_pretrained(args.out / "target", dtype=torch.float32).eval()
+        draft = LlamaForCausalLM(llama_config(DRAFT, tok.get_vocab_size(), eos, args.context))
+        log1 = fit(draft, cross_entropy, batches(train, 16, 256, gen), args.draft_minutes, 3e-3, val,
+                   256, "draft")
+        t0 = time.time()
+        own = self_written(target, train, n_seq=args.self_written, prompt_len=64, new=192, gen=gen)
+        gen_minutes = (time.time() - t0) / 60
+        print(f"[draft] target wrote {own.numel()} tokens in {gen_minutes:.1f} min", flush=True)
+        data = mixed(batches(train, 8, 256, gen), row_batches(own, 8, gen))
+        log2 = fit(draft, distillation(target), data, args.kd_minutes, 1e-3, val, 256, "draft-kd",
+                   warmup=10)
+        draft.to(torch.float16).save_pretrained(args.out / "draft")
+        stats["draft"] = {"params": sum(p.numel() for p in draft.parameters()), "size": asdict(DRAFT),
+                          "phases": [asdict(log1), asdict(log2)], "self_written_tokens": own.numel(),
+                          "self_written_minutes": gen_minutes}
+        stats_path.write_text(json.dumps(stats, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,93 @@
+"""The event log: the contract between engine and widgets must round-trip exactly and notify subscribers."""
+
+import json
+
+import pytest
+
+from teachspec.events import KINDS, VERSION, Accept, Bonus, Draft, Evict, EventLog, Finish, Insert, Lock, Match, \
+    Plain, Prefill, Reject, RequestStart, Resample, Split, Unlock, Verify
+
+
+def sample_log() -> EventLog:
+    log = EventLog()
+    log.emit(RequestStart, 1, prompt_tokens=3, prompt=[5, 6, 7])
+    log.emit(Prefill, 1, cached=1, computed=2, ms=1.5)
+    log.emit(Draft, 1, step=0, position=3, tokens=[9, 8], q=[0.5, 0.25], drafter="model", ms=0.3)
+    log.emit(Verify, 1, step=0, position=3, n=3, ms=2.0)
+    log.emit(Accept, 1, step=0, position=3, i=0, token=9, p=0.6, q=0.5, u=0.1, top_p=[[9, 0.6], [2, 0.1]])
+    log.emit(Reject, 1, step=0, position=4, i=1, token=8, p=0.05, q=0.25, u=0.7)
+    log.emit(Resample, 1, step=0, position=4, i=1, token=2, p=0.4, q=0.0)
+    log.emit(Bonus, 1, step=1, position=5, token=3, p=0.9)
+    log.emit(Plain, 1, step=2, position=6, token=4, p=0.3, ms=1.0)
+    log.emit(Match, 1, node=2, length=4, path=[0, 1, 2])
+    log.emit(Insert, 1, node=3, parent=2, tokens=5, cached=4)
+    log.emit(Split, 1, node=2, new=4, parent=1, at=2)
+    log.emit(Lock, 1, node=3, locks=1, protected=9)
+    log.emit(Unlock, 1, node=3, locks=0, protected=0)
+    log.emit(Evict, -1, node=3, parent=2, tokens=5)
+    log.emit(Finish, 1, new_tokens=4, reason="eos", ms=9.0)
+    return log
+
+
+def test_every_kind_is_exercised_and_round_trips(tmp_path):
+    log = sample_log()
+    assert {e.kind for e in log} == set(KINDS)
+    path = log.save(tmp_path / "trace.jsonl")
+    again = EventLog.load(path)
+    assert again.events == log.events
+    assert [type(e) for e in again] == [type(e) for e in log]
+
+
+def test_file_format_is_versioned_json_lines(tmp_path):
+    path = sample_log().save(tmp_path / "trace.jsonl")
+    lines = path.read_text().splitlines()
+    assert json.loads(lines[0]) == {"format": "teachspec-trace", "version": VERSION}
+    assert json.loads(lines[5])["kind"] == "accept" and json.loads(lines[5])["top_p"] == [[9, 0.6], [2, 0.1]]
+
+
+def test_times_increase_and_requests_are_kept():
+    log = sample_log()
+    times = [e.t for e in log]
+    assert times == sorted(times) and times[0] >= 0
+    assert [e.request for e in log.of(Evict)] == [-1]
+
+
+def test_subscribers_see_each_event_once_until_they_unsubscribe():
+    log, seen = EventLog(), []
+    unsubscribe = log.subscribe(seen.append)
+    first = log.emit(Plain, 0, step=0, position=1, token=2, p=0.5, ms=1.0)
+    unsubscribe()
+    log.emit(Plain, 0, step=1, position=2, token=3, p=0.5, ms=1.0)
+    assert seen == [first]
+    assert len(log) == 2
+
+
+def test_slicing_and_filtering():
+    log = sample_log()
+    part = log[2:5]
+    assert isinstance(part, EventLog) and [e.kind for e in part] == ["draft", "verify", "accept"]
+    assert log[0].kind == "request_start"
+    assert [e.token for e in log.of(Accept, Reject)] == [9, 8]
+
+
+def test_newer_version_is_refused_with_a_clear_error(tmp_path):
+    path = tmp_path / "future.jsonl"
+    path.write_text(json.dumps({"format": "teachspec-trace", "version": VERSION + 1}) + "\n")
+    with pytest.raises(ValueError, match=f"version {VERSION + 1}.*upgrade"):
+        EventLog.load(path)
+
+
+def test_not_a_trace_unknown_kind_and_missing_file(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"hello": 1}\n')
+    with pytest.raises(ValueError, match="not a teachspec trace"):
+        EventLog.load(bad)
+    bad.write_text(json.dumps({"format": "teachspec-trace", "version": 1}) + '\n{"kind": "teleport", "t": 0}\n')
+    with pytest.raises(ValueError, match="unknown kind 'teleport'"):
+        EventLog.load(bad)
+    with pytest.raises(FileNotFoundError, match="nowhere.jsonl"):
+        EventLog.load(tmp_path / "nowhere.jsonl")
+
+
+def test_empty_log_round_trips(tmp_path):
+    assert len(EventLog.load(EventLog().save(tmp_path / "empty.jsonl"))) == 0
