@@ -32,6 +32,7 @@ class Pair:
     vocab_size: int  # rows of the logits both models share; logits beyond it are sliced off
     name: str
     device: torch.device
+    eos_token_id: int | None = None  # generation stops after this token; None never stops early
 
     def __iter__(self):
         return iter((self.target, self.draft, self.tokenizer))
@@ -44,10 +45,6 @@ class Pair:
         sizes += [m.config.n_positions for m in (self.target, self.draft)
                   if m is not None and getattr(m.config, "n_positions", None)]
         return min(sizes) if sizes else 2**31
-
-    @property
-    def eos_token_id(self) -> int | None:
-        return self.tokenizer.eos_token_id
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False)
@@ -128,4 +125,5 @@ def load_pair(name: str | None = None, *, target: str | Path | None = None, draf
     target_model = _model(target, "target", dev, dt)
     draft_model = _model(draft, "draft", dev, dt) if draft is not None else None
     vocab = shared_vocab_size(target_model, draft_model, tokenizer, draft_tokenizer, (str(target), str(draft)))
-    return Pair(target_model, draft_model, tokenizer, vocab, name or f"{target} / {draft}", dev)
+    return Pair(target_model, draft_model, tokenizer, vocab, name or f"{target} / {draft}", dev,
+                tokenizer.eos_token_id)

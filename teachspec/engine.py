@@ -1,0 +1,191 @@
+"""The engine: speculative decoding for one request, every decision recorded as an event.
+
+One step of the loop, read top to bottom in `Engine._run`:
+
+    k      = policy.next_k()                           how many tokens to guess
+    draft  = drafter.propose(ids, k)                   k guesses and the q each was sampled from
+    p      = warp(target(uncached ids + draft))        ONE target pass scores all k + 1 positions
+    result = verify(p, q, draft)                       accept min(1, p/q), resample, or take the bonus
+    ids   += result.tokens                             1 .. k + 1 new tokens, cut at EOS or the budget
+    target cache cropped to len(ids) - 1               rejected guesses are forgotten
+
+The target's cache always holds every committed token but the last one, which is fed with the next guesses; the
+very first pass therefore also prefills the prompt. Plain decoding is the k = 0 case of the same loop.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from teachspec import kv
+from teachspec.checks import check_context, check_int, check_prompt
+from teachspec.decode import Generation
+from teachspec.events import Accept, Bonus, Draft, EventLog, Finish, Prefill, Reject, RequestStart, Resample, \
+    Verify
+from teachspec.models.pair import Pair, load_pair
+from teachspec.sampling import SamplingParams, warp
+from teachspec.speculative.drafters import AdversarialDrafter, ModelDrafter, NgramDrafter, OracleDrafter, Proposal
+from teachspec.speculative.policies import make_policy
+from teachspec.speculative.verify import Verdict, verify
+from teachspec.stats import Stats
+
+DRAFTERS = ("model", "ngram", "oracle", "adversary", None)
+
+
+def top(probs: torch.Tensor, n: int) -> list[list] | None:
+    """The n most likely tokens of one distribution as [[token, probability], ...], for the widgets."""
+    if n == 0:
+        return None
+    values, ids = probs.topk(n)
+    return [[int(i), round(float(v), 6)] for i, v in zip(ids, values)]
+
+
+class Engine:
+    """Speculative decoding on a draft/target pair.
+
+    `record_top` > 0 stores the top alternatives of p and q at every judged position in the events (what the
+    speculation widget draws); it costs a top-k per position, so benchmarks leave it at 0.
+    """
+
+    def __init__(self, pair: Pair | str = "tiny", events: EventLog | None = None, record_top: int = 0):
+        self.pair = load_pair(pair) if isinstance(pair, str) else pair
+        self.events = events if events is not None else EventLog()
+        self.record_top = check_int("record_top", record_top, 0)
+        self.requests = 0
+
+    # -- the public call -----------------------------------------------------------------------------------------
+
+    def generate(self, prompt: str | list[int], max_new_tokens: int = 64, temperature: float = 0.0,
+                 top_k: int | None = None, top_p: float | None = None, speculate: str | None = "model", k=2,
+                 seed: int | None = None, ngram: int = 3) -> Generation:
+        """Continue `prompt`. `speculate`: "model" (the draft LM), "ngram" (prompt lookup), "oracle" (the target
+        drafts for itself), "adversary" (deliberately bad guesses) or None (plain decoding). `k`: an int >= 0,
+        or "adaptive", "heuristic", "confidence", or a policy object. Every argument is checked before anything
+        runs."""
+        params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p)
+        max_new_tokens = check_int("max_new_tokens", max_new_tokens, 0)
+        drafter = self._drafter(speculate, ngram)
+        policy = make_policy(k if drafter is not None else 0)
+        ids = check_prompt(prompt, self.pair.encode)
+        bad = [t for t in ids if t >= self.pair.vocab_size]
+        if bad:
+            raise ValueError(f"prompt holds token id {bad[0]}, outside the vocabulary [0, {self.pair.vocab_size})")
+        check_context(len(ids), max_new_tokens, self.pair.context)
+        if seed is not None:
+            check_int("seed", seed)
+        generator = torch.Generator(device=self.pair.device)
+        generator.manual_seed(seed if seed is not None else torch.seed())
+        request = self.requests
+        self.requests += 1
+        tokens, reason, stats = self._run(request, ids, max_new_tokens, params, drafter, policy, generator)
+        return Generation(self.pair.decode(tokens), tokens, ids, reason, stats)
+
+    def _drafter(self, speculate, ngram):
+        if speculate not in DRAFTERS:
+            raise ValueError(f"speculate={speculate!r} is not a drafter; use one of {list(DRAFTERS)}")
+        if speculate in ("model", "adversary") and self.pair.draft is None:
+            raise ValueError(f"speculate={speculate!r} needs a draft model, and this pair has none; load one with "
+                             f"load_pair(target=..., draft=...) or use speculate='ngram'")
+        if speculate == "ngram":
+            return NgramDrafter(n_max=check_int("ngram", ngram, 1))
+        if speculate == "model":
+            return ModelDrafter(self.pair.draft, self.pair.vocab_size)
+        if speculate == "adversary":
+            return AdversarialDrafter(self.pair.draft, self.pair.vocab_size)
+        if speculate == "oracle":
+            return OracleDrafter(self.pair.target, self.pair.vocab_size)
+        return None
+
+    # -- the loop ------------------------------------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def _run(self, request: int, prompt: list[int], max_new_tokens: int, params: SamplingParams, drafter, policy,
+             generator) -> tuple[list[int], str, Stats]:
+        target, V, eos, log = self.pair.target, self.pair.vocab_size, self.pair.eos_token_id, self.events
+        ids, new = list(prompt), []
+        stats, reason = Stats(prompt_tokens=len(prompt)), "length"
+        log.emit(RequestStart, request, prompt_tokens=len(prompt), prompt=list(prompt))
+        t_start = time.perf_counter()
+        cache = kv.new_cache(target)
+        if drafter is not None:
+            drafter.reset()
+        step = 0
+        while len(new) < max_new_tokens:
+            # guess: never more than the budget can use (the step's own token always comes on top)
+            k = min(policy.next_k(), max_new_tokens - len(new) - 1)
+            proposal = drafter.propose(ids, k, params, generator, policy.stop_below) if k > 0 else \
+                Proposal([], None, 0, 0.0)
+            draft = proposal.tokens
+            if draft:
+                log.emit(Draft, request, step=step, position=len(ids), tokens=draft,
+                         q=[1.0] * len(draft) if proposal.q is None else
+                         [float(proposal.q[i, x]) for i, x in enumerate(draft)],
+                         drafter=drafter.name, ms=1e3 * proposal.seconds)
+
+            # verify: one target pass over the uncached committed tokens and every guess
+            t0 = time.perf_counter()
+            uncached = len(ids) - kv.length(cache)
+            logits = kv.forward(target, ids[kv.length(cache):] + draft, cache, len(draft) + 1, V)  # (k+1, V)
+            p = warp(logits, params)
+            target_s = time.perf_counter() - t0
+            if step == 0:
+                log.emit(Prefill, request, cached=0, computed=uncached, ms=1e3 * target_s)
+            log.emit(Verify, request, step=step, position=len(ids), n=len(draft) + 1, ms=1e3 * target_s)
+            verdict = verify(p, proposal.q, torch.tensor(draft, dtype=torch.long), generator)
+
+            # commit, cut at EOS or at the budget: a prefix of an exact sample is still exact
+            emitted = verdict.tokens[:max_new_tokens - len(new)]
+            if eos is not None and eos in emitted:
+                emitted = emitted[:emitted.index(eos) + 1]
+                reason = "eos"
+            self._record(request, step, len(ids), verdict, len(emitted), p, proposal, draft)
+            ids += emitted
+            new += emitted
+            kv.crop_to(cache, len(ids) - 1)  # rejected guesses (and the new last token) leave the cache
+
+            accepted = min(verdict.accepted, len(emitted))
+            stats.target_passes += 1
+            stats.target_s += target_s
+            stats.draft_passes += proposal.passes
+            stats.draft_s += proposal.seconds
+            if draft:
+                stats.drafts += 1
+                stats.drafted += len(draft)
+                stats.accepted += accepted
+                while len(stats.drafted_per_position) < len(draft):
+                    stats.drafted_per_position.append(0)
+                    stats.accepted_per_position.append(0)
+                for i in range(len(draft)):
+                    stats.drafted_per_position[i] += 1
+                    stats.accepted_per_position[i] += i < accepted
+            policy.update(len(draft), verdict.accepted, proposal.seconds, target_s)
+            step += 1
+            if reason == "eos":
+                break
+        stats.new_tokens = len(new)
+        stats.wall_s = time.perf_counter() - t_start
+        log.emit(Finish, request, new_tokens=len(new), reason=reason, ms=1e3 * stats.wall_s)
+        return new, reason, stats
+
+    def _record(self, request: int, step: int, position: int, verdict: Verdict, n_emitted: int, p: torch.Tensor,
+                proposal: Proposal, draft: list[int]) -> None:
+        """One event per judged position, then the resampled or bonus token; nothing past the EOS/budget cut."""
+        log, n_top = self.events, self.record_top
+        for r in verdict.positions[:n_emitted]:
+            q_row = proposal.q[r.i] if proposal.q is not None else None
+            top_q = top(q_row, n_top) if q_row is not None else ([[r.token, 1.0]] if n_top else None)
+            if r.decision == "accept":
+                log.emit(Accept, request, step=step, position=position + r.i, i=r.i, token=r.token, p=r.p, q=r.q,
+                         u=r.u, top_p=top(p[r.i], n_top), top_q=top_q)
+            else:
+                log.emit(Reject, request, step=step, position=position + r.i, i=r.i, token=r.token, p=r.p, q=r.q,
+                         u=r.u, top_p=top(p[r.i], n_top), top_q=top_q)
+                x = r.resampled
+                log.emit(Resample, request, step=step, position=position + r.i, i=r.i, token=x,
+                         p=float(p[r.i, x]), q=float(q_row[x]) if q_row is not None else float(x == r.token),
+                         top_residual=top(r.residual, n_top))
+        if verdict.bonus is not None and n_emitted == len(draft) + 1:
+            log.emit(Bonus, request, step=step, position=position + len(draft), token=verdict.bonus,
+                     p=float(p[len(draft), verdict.bonus]), top_p=top(p[len(draft)], n_top))

@@ -1,0 +1,140 @@
+"""Drafters: where the k guessed tokens come from.
+
+A drafter looks at the committed tokens and proposes up to k more, together with q, the distribution each token
+was drawn from (or None when the proposal is certain, a point mass). The acceptance rule is only exact when q is
+*exactly* what the token was sampled from, so a model drafter warps its logits with the same `SamplingParams` as
+the target (temperature, top-k, top-p) and returns that warped q.
+
+- `ModelDrafter`: a small LM with its own KV cache (Leviathan et al. 2023; Chen et al. 2023).
+- `NgramDrafter`: prompt lookup: find the latest earlier occurrence of the context's last n tokens and propose
+  what followed it (Saxena 2023). No model at all; pays off when the output copies the input.
+- `oracle`: the target itself as its own draft: alpha = 1, the upper bound a perfect draft would reach.
+- `AdversarialDrafter`: proposes the token the draft model finds *least* likely, so alpha is near 0: what bad
+  guesses cost.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+from transformers import PreTrainedModel
+
+from teachspec import kv
+from teachspec.checks import check_int
+from teachspec.sampling import SamplingParams, sample, warp
+
+
+@dataclass
+class Proposal:
+    tokens: list[int]  # the drafted ids, at most k of them
+    q: torch.Tensor | None  # (len(tokens), vocab): the distribution each was sampled from; None: point masses
+    passes: int  # draft forward passes spent
+    seconds: float
+
+
+class ModelDrafter:
+    """A draft LM that keeps a KV cache of the committed tokens (plus its own unverified guesses).
+
+    Before each proposal the cache is cut back to the longest prefix it shares with the committed tokens, so
+    rejected guesses are forgotten: the cache holds exactly committed tokens when drafting starts.
+    """
+
+    name = "model"
+
+    def __init__(self, model: PreTrainedModel, vocab_size: int):
+        self.model, self.vocab_size = model, vocab_size
+        self.reset()
+
+    def reset(self, cache=None, ids: list[int] | None = None) -> None:
+        """Start a new sequence, optionally from a cache that already holds `ids` (a reused prefix)."""
+        self.cache = cache if cache is not None else kv.new_cache(self.model)
+        self.cached: list[int] = list(ids or [])
+        self.synced = len(self.cached)  # cached[:synced] is known to equal the committed tokens
+
+    def _sync(self, ids: list[int]) -> list[int]:
+        """Crop the cache to what it shares with `ids`; return the tokens still to feed (always at least one)."""
+        n = self.synced
+        while n < min(len(self.cached), len(ids) - 1) and self.cached[n] == ids[n]:
+            n += 1
+        n = min(n, len(ids) - 1)
+        kv.crop_to(self.cache, n)
+        del self.cached[n:]
+        self.synced = n
+        return ids[n:]
+
+    def choose(self, q: torch.Tensor, params: SamplingParams, generator) -> int:
+        return int(q.argmax()) if params.greedy else int(sample(q, generator))
+
+    def propose(self, ids: list[int], k: int, params: SamplingParams, generator,
+                stop_below: float | None = None) -> Proposal:
+        """Up to k guesses; with `stop_below`, stop after a guess whose q falls below it (a confidence stop)."""
+        t0 = time.perf_counter()
+        if k == 0:
+            return Proposal([], None, 0, 0.0)
+        feed = self._sync(ids)
+        tokens, qs = [], []
+        for _ in range(k):
+            logits = kv.forward(self.model, feed, self.cache, 1, self.vocab_size)[0]
+            self.cached += feed
+            q = warp(logits, params)  # (vocab,), the same warping the target's p gets
+            x = self.choose(q, params, generator)
+            tokens.append(x)
+            qs.append(q)
+            feed = [x]  # the last guess is not fed: if it is accepted, the next proposal feeds it
+            if stop_below is not None and q[x] < stop_below:
+                break  # confidence stop: the draft doubts this token, so guessing further is likely waste
+        return Proposal(tokens, self.q_of(qs, tokens), len(tokens), time.perf_counter() - t0)
+
+    def q_of(self, qs: list[torch.Tensor], tokens: list[int]) -> torch.Tensor | None:
+        return torch.stack(qs)  # (k, vocab)
+
+
+class OracleDrafter(ModelDrafter):
+    """The target drafting for itself (with a cache of its own): q = p, so every guess is accepted."""
+
+    name = "oracle"
+
+
+class AdversarialDrafter(ModelDrafter):
+    """Proposes the draft model's least likely token, with certainty: accepted with probability p(x) ~ 0."""
+
+    name = "adversary"
+
+    def choose(self, q: torch.Tensor, params: SamplingParams, generator) -> int:
+        return int(q.argmin())
+
+    def q_of(self, qs: list[torch.Tensor], tokens: list[int]) -> torch.Tensor | None:
+        return None  # a deterministic choice is a point mass, whatever the draft's softmax says
+
+
+class NgramDrafter:
+    """Prompt lookup: match the last n tokens (n from n_max down to n_min) earlier in the context and propose the
+    k tokens that followed the most recent match. A proposal is certain (q = None)."""
+
+    name = "ngram"
+
+    def __init__(self, n_max: int = 3, n_min: int = 1):
+        self.n_max = check_int("n_max", n_max, 1)
+        self.n_min = check_int("n_min", n_min, 1)
+        if self.n_min > self.n_max:
+            raise ValueError(f"n_min must be <= n_max, got n_min={n_min}, n_max={n_max}")
+
+    def reset(self, cache=None, ids: list[int] | None = None) -> None:
+        pass  # nothing to remember between steps
+
+    def propose(self, ids: list[int], k: int, params: SamplingParams, generator,
+                stop_below: float | None = None) -> Proposal:
+        t0 = time.perf_counter()
+        if k == 0:
+            return Proposal([], None, 0, 0.0)
+        seq = torch.tensor(ids)
+        for n in range(min(self.n_max, len(ids) - 1), self.n_min - 1, -1):
+            windows = seq[:-1].unfold(0, n, 1)  # (len - n, n): every earlier n-gram, excluding the suffix itself
+            starts = (windows == seq[-n:]).all(-1).nonzero().flatten()
+            if len(starts):
+                follow = int(starts[-1]) + n  # the most recent match; propose what came after it
+                tokens = ids[follow:follow + k]
+                return Proposal(tokens, None, 0, time.perf_counter() - t0)
+        return Proposal([], None, 0, time.perf_counter() - t0)
