@@ -1,6 +1,8 @@
 """The `teachspec` command.
 
-    teachspec generate "def fibonacci(n):" --max-new-tokens 64      # plain decoding on the bundled target
+    teachspec demo                                   # speculative decoding live in the terminal, then the stats
+    teachspec generate "Return a new dictionary"     # plain decoding on the bundled target
+    teachspec bench speculative --json out.json      # speedups measured side by side
 """
 
 from __future__ import annotations
@@ -42,6 +44,30 @@ def cmd_generate(args) -> None:
           f"{s.target_passes} target passes, stopped by {out.finish_reason}", file=sys.stderr)
 
 
+def parse_k(value: str):
+    return int(value) if value.lstrip("-").isdigit() else value
+
+
+def cmd_demo(args) -> None:
+    from teachspec.demo import run
+
+    run(pair_from(args), args.prompt, args.max_new_tokens, args.temperature, args.k, args.speculate, args.seed,
+        colour=args.colour == "always" or (args.colour == "auto" and sys.stdout.isatty()))
+
+
+def cmd_bench_speculative(args) -> None:
+    from teachspec.bench import speculative
+    from teachspec.workloads import copy_heavy, docs_completion
+
+    pair = pair_from(args)
+    docs = [pair.encode(r.prompt) for r in docs_completion(n_prompts=args.prompts).requests]
+    copy = [pair.encode(r.prompt) for r in copy_heavy(n_prompts=args.prompts).requests]
+    result = speculative.bench(pair, docs, copy, n=args.new_tokens, ks=args.ks, seed=args.seed)
+    print(speculative.markdown(result))
+    if args.json:
+        speculative.save(result, args.json)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="teachspec", description="Guessing several tokens at once.")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -50,6 +76,26 @@ def main(argv: list[str] | None = None) -> None:
     add_model_args(g)
     add_sampling_args(g)
     g.set_defaults(run=cmd_generate)
+
+    d = sub.add_parser("demo", help="speculative decoding live in the terminal, coloured by decision")
+    d.add_argument("prompt", nargs="?", default="The \"with\" statement is used to")
+    add_model_args(d)
+    add_sampling_args(d)
+    d.add_argument("--speculate", default="model", help="model (default), ngram, oracle or adversary")
+    d.add_argument("--k", type=parse_k, default=2, help="draft length, or adaptive / heuristic / confidence")
+    d.add_argument("--colour", choices=["auto", "always", "never"], default="auto")
+    d.set_defaults(run=cmd_demo)
+
+    b = sub.add_parser("bench", help="benchmarks")
+    bsub = b.add_subparsers(dest="bench", required=True)
+    bs = bsub.add_parser("speculative", help="plain vs transformers vs ours at each k, adaptive, prompt lookup")
+    add_model_args(bs)
+    bs.add_argument("--prompts", type=int, default=12)
+    bs.add_argument("--new-tokens", type=int, default=96)
+    bs.add_argument("--ks", type=int, nargs="+", default=[1, 2, 3, 4])
+    bs.add_argument("--seed", type=int, default=0)
+    bs.add_argument("--json", default=None, help="also write the results here")
+    bs.set_defaults(run=cmd_bench_speculative)
     args = ap.parse_args(argv)
     try:
         args.run(args)

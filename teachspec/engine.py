@@ -25,6 +25,7 @@ from teachspec.decode import Generation
 from teachspec.events import Accept, Bonus, Draft, EventLog, Finish, Prefill, Reject, RequestStart, Resample, \
     Verify
 from teachspec.models.pair import Pair, load_pair
+from teachspec.radix.prefix import PrefixCache
 from teachspec.sampling import SamplingParams, warp
 from teachspec.speculative.drafters import AdversarialDrafter, ModelDrafter, NgramDrafter, OracleDrafter, Proposal
 from teachspec.speculative.policies import make_policy
@@ -43,17 +44,27 @@ def top(probs: torch.Tensor, n: int) -> list[list] | None:
 
 
 class Engine:
-    """Speculative decoding on a draft/target pair.
+    """Speculative decoding on a draft/target pair, with prefix reuse across requests.
 
-    `record_top` > 0 stores the top alternatives of p and q at every judged position in the events (what the
-    speculation widget draws); it costs a top-k per position, so benchmarks leave it at 0.
+    `cache_tokens` bounds the radix cache (RadixAttention) in tokens; 0 turns it off. `cache_policy` is its
+    eviction order: "lru", "lfu" or "fifo". `record_top` > 0 stores the top alternatives of p and q at every
+    judged position in the events (what the speculation widget draws); it costs a top-k per position, so
+    benchmarks leave it at 0.
     """
 
-    def __init__(self, pair: Pair | str = "tiny", events: EventLog | None = None, record_top: int = 0):
+    def __init__(self, pair: Pair | str = "tiny", events: EventLog | None = None, record_top: int = 0,
+                 cache_tokens: int = 8192, cache_policy: str = "lru"):
         self.pair = load_pair(pair) if isinstance(pair, str) else pair
         self.events = events if events is not None else EventLog()
         self.record_top = check_int("record_top", record_top, 0)
+        cache_tokens = check_int("cache_tokens", cache_tokens, 0)
+        self.prefix = PrefixCache(self.pair, cache_tokens, self.events, cache_policy) if cache_tokens else None
         self.requests = 0
+
+    @property
+    def tree(self):
+        """The radix tree of cached prefixes, or None when the cache is off."""
+        return self.prefix.tree if self.prefix is not None else None
 
     # -- the public call -----------------------------------------------------------------------------------------
 
@@ -103,15 +114,43 @@ class Engine:
     @torch.inference_mode()
     def _run(self, request: int, prompt: list[int], max_new_tokens: int, params: SamplingParams, drafter, policy,
              generator) -> tuple[list[int], str, Stats]:
-        target, V, eos, log = self.pair.target, self.pair.vocab_size, self.pair.eos_token_id, self.events
-        ids, new = list(prompt), []
-        stats, reason = Stats(prompt_tokens=len(prompt)), "length"
+        log = self.events
+        ids = list(prompt)
+        stats = Stats(prompt_tokens=len(prompt))
         log.emit(RequestStart, request, prompt_tokens=len(prompt), prompt=list(prompt))
         t_start = time.perf_counter()
-        cache = kv.new_cache(target)
-        if drafter is not None:
-            drafter.reset()
-        step = 0
+        lease = self.prefix.start(request, ids) if self.prefix is not None else None
+        try:
+            cache = lease.target if lease else kv.new_cache(self.pair.target)
+            stats.cached_tokens = lease.cached if lease else 0
+            own_draft = isinstance(drafter, ModelDrafter) and drafter.model is self.pair.draft
+            if drafter is not None:
+                if own_draft and lease is not None and lease.draft is not None:
+                    drafter.reset(lease.draft, ids[:lease.cached])
+                else:
+                    drafter.reset()
+            new, reason = self._loop(request, ids, max_new_tokens, params, drafter, policy, generator, cache,
+                                     stats)
+        except BaseException:
+            if lease is not None:  # a failed request must not pin its prefix forever
+                self.prefix.tree.unlock(lease.node, request)
+            raise
+        if lease is not None:
+            committed = prompt + new
+            draft_cache = None
+            if own_draft:
+                drafter.fill(committed[:-1])
+                draft_cache = drafter.cache
+            self.prefix.finish(request, lease, committed[:-1], cache, draft_cache)
+        stats.new_tokens = len(new)
+        stats.wall_s = time.perf_counter() - t_start
+        log.emit(Finish, request, new_tokens=len(new), reason=reason, ms=1e3 * stats.wall_s)
+        return new, reason, stats
+
+    def _loop(self, request: int, ids: list[int], max_new_tokens: int, params: SamplingParams, drafter, policy,
+              generator, cache, stats: Stats) -> tuple[list[int], str]:
+        target, V, eos, log = self.pair.target, self.pair.vocab_size, self.pair.eos_token_id, self.events
+        new, reason, step = [], "length", 0
         while len(new) < max_new_tokens:
             # guess: never more than the budget can use (the step's own token always comes on top)
             k = min(policy.next_k(), max_new_tokens - len(new) - 1)
@@ -131,7 +170,7 @@ class Engine:
             p = warp(logits, params)
             target_s = time.perf_counter() - t0
             if step == 0:
-                log.emit(Prefill, request, cached=0, computed=uncached, ms=1e3 * target_s)
+                log.emit(Prefill, request, cached=stats.cached_tokens, computed=uncached, ms=1e3 * target_s)
             log.emit(Verify, request, step=step, position=len(ids), n=len(draft) + 1, ms=1e3 * target_s)
             verdict = verify(p, proposal.q, torch.tensor(draft, dtype=torch.long), generator)
 
@@ -164,10 +203,7 @@ class Engine:
             step += 1
             if reason == "eos":
                 break
-        stats.new_tokens = len(new)
-        stats.wall_s = time.perf_counter() - t_start
-        log.emit(Finish, request, new_tokens=len(new), reason=reason, ms=1e3 * stats.wall_s)
-        return new, reason, stats
+        return new, reason
 
     def _record(self, request: int, step: int, position: int, verdict: Verdict, n_emitted: int, p: torch.Tensor,
                 proposal: Proposal, draft: list[int]) -> None:

@@ -39,3 +39,41 @@ def forward(model: PreTrainedModel, ids: list[int] | torch.Tensor, cache: Dynami
     ids = ids.to(model.device).view(1, -1)
     out = model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=last)
     return out.logits[0, -last:, :vocab_size].float()
+
+
+# -- slices of a cache, for reuse across requests ----------------------------------------------------------------
+
+class KVSlice:
+    """The keys and values of a run of n tokens, for every layer of one model: `layers[i] = (keys, values)`, each
+    `(1, heads, n, head_dim)`. Slicing copies, so a small piece never keeps a large cache alive."""
+
+    def __init__(self, layers: list[tuple[torch.Tensor, torch.Tensor]]):
+        self.layers = layers
+
+    def __len__(self) -> int:
+        return self.layers[0][0].shape[2]
+
+    def __getitem__(self, index: slice) -> "KVSlice":
+        if not isinstance(index, slice) or index.step not in (None, 1):
+            raise TypeError(f"a KVSlice takes contiguous slices like kv[a:b], got {index!r}")
+        return KVSlice([(k[:, :, index].clone(), v[:, :, index].clone()) for k, v in self.layers])
+
+    @property
+    def nbytes(self) -> int:
+        return sum(k.nbytes + v.nbytes for k, v in self.layers)
+
+
+def view(cache: DynamicCache, start: int, stop: int) -> KVSlice:
+    """Tokens [start, stop) of a cache, without copying: slice the view to get a copy you may keep."""
+    return KVSlice([(layer.keys[:, :, start:stop], layer.values[:, :, start:stop]) for layer in cache.layers])
+
+
+def assemble(model: PreTrainedModel, pieces: list[KVSlice]) -> DynamicCache:
+    """A fresh cache holding the pieces one after another (a reused prefix, node by node along a tree path)."""
+    cache = new_cache(model)
+    if pieces:
+        for i in range(len(pieces[0].layers)):
+            keys = torch.cat([p.layers[i][0] for p in pieces], dim=2)  # (1, heads, sum of n, head_dim)
+            values = torch.cat([p.layers[i][1] for p in pieces], dim=2)
+            cache.update(keys, values, i)
+    return cache

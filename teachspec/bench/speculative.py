@@ -1,0 +1,217 @@
+"""`teachspec bench speculative`: our speculative decoding against plain decoding and transformers, side by side.
+
+Every method runs on the same prompts, interleaved prompt by prompt (the order rotates), so that a noisy shared
+machine slows all of them alike; what the table reports are *ratios* to our plain decoding measured in that one
+run. Greedy outputs are checked to be token-identical across all methods before any number is printed.
+
+Columns:
+- speedup: our plain decoding's wall time / the method's wall time, over the whole workload;
+- tok/pass: new tokens per target forward pass; alpha: accepted / drafted;
+- predicted: Leviathan et al.'s (1 - alpha^(k+1)) / ((1 - alpha)(k c + 1)) from the measured alpha and c
+  (c = draft pass time / plain target step time), and "cost-aware", the same expectation with the *measured*
+  target pass time at this k in place of the constant the paper assumes (on a CPU verifying k + 1 tokens costs
+  more than one); measured / predicted compares the engine with that cost model, i.e. its own overhead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from teachspec.decode import decode
+from teachspec.engine import Engine
+from teachspec.events import EventLog
+from teachspec.models.pair import Pair
+from teachspec.sampling import SamplingParams
+from teachspec.theory import expected_tokens, speedup
+
+
+class DiscardLog(EventLog):
+    """A log that records nothing: the baseline for what recording events costs."""
+
+    def emit(self, cls, request=-1, **fields):
+        return None
+
+
+@dataclass
+class Row:
+    method: str
+    k: str = ""
+    seconds: float = 0.0
+    tokens: int = 0
+    target_passes: int = 0
+    target_s: float = 0.0
+    drafted: int = 0
+    accepted: int = 0
+    draft_passes: int = 0
+    draft_s: float = 0.0
+    outputs: list = field(default_factory=list)
+
+    def add(self, seconds: float, tokens: list[int], stats=None) -> None:
+        self.seconds += seconds
+        self.tokens += len(tokens)
+        self.outputs.append(tokens)
+        if stats is not None:
+            for name in ("target_passes", "target_s", "drafted", "accepted", "draft_passes", "draft_s"):
+                setattr(self, name, getattr(self, name) + getattr(stats, name))
+
+
+# -- the methods: each returns (seconds, new tokens, stats or None) -----------------------------------------------
+
+def ours_plain(pair: Pair, prompt, n, params, seed):
+    gen = torch.Generator(device=pair.device).manual_seed(seed)
+    t0 = time.perf_counter()
+    tokens, _, stats = decode(pair.target, prompt, n, params, gen, pair.eos_token_id, pair.vocab_size)
+    return time.perf_counter() - t0, tokens, stats
+
+
+def ours(engine: Engine, speculate, k):
+    def run(pair, prompt, n, params, seed):
+        t0 = time.perf_counter()
+        out = engine.generate(prompt, n, temperature=params.temperature, top_k=params.top_k, top_p=params.top_p,
+                              speculate=speculate, k=k, seed=seed)
+        return time.perf_counter() - t0, out.tokens, out.stats
+    return run
+
+
+def hf(assisted: bool, k: int | None = None):
+    """transformers' generate; assisted with its defaults (k None) or a constant k and no confidence stop."""
+    def run(pair, prompt, n, params, seed):
+        ids = torch.tensor([prompt], device=pair.device)
+        kw = dict(max_new_tokens=n, min_new_tokens=n, eos_token_id=None, pad_token_id=0,
+                  do_sample=not params.greedy, attention_mask=torch.ones_like(ids))
+        if not params.greedy:
+            kw.update(temperature=params.temperature, top_k=params.top_k or 0, top_p=params.top_p or 1.0)
+        if assisted:
+            kw["assistant_model"] = pair.draft
+            config = pair.draft.generation_config
+            saved = {a: getattr(config, a, None) for a in
+                     ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")}
+            if k is not None:
+                config.num_assistant_tokens, config.num_assistant_tokens_schedule = k, "constant"
+                config.assistant_confidence_threshold = 0.0
+        torch.manual_seed(seed)
+        t0 = time.perf_counter()
+        out = pair.target.generate(ids, **kw)
+        seconds = time.perf_counter() - t0
+        if assisted:
+            for a, v in saved.items():
+                setattr(pair.draft.generation_config, a, v)
+        return seconds, out[0, len(prompt):].tolist(), None
+    return run
+
+
+# -- running a workload -------------------------------------------------------------------------------------------
+
+def run_workload(pair: Pair, prompts: list[list[int]], n: int, params: SamplingParams, methods: dict, seed: int,
+                 progress=None) -> dict[str, Row]:
+    rows = {name: Row(name, str(k)) for name, (_, k) in methods.items()}
+    names = list(methods)
+    for _, (fn, _) in methods.items():  # warm-up: first calls allocate and compile kernels
+        fn(pair, prompts[0], 4, params, seed)
+    for i, prompt in enumerate(prompts):
+        for name in names[i % len(names):] + names[:i % len(names)]:
+            seconds, tokens, stats = methods[name][0](pair, prompt, n, params, seed + i)
+            rows[name].add(seconds, tokens, stats)
+        if progress is not None:
+            progress.update(1)
+    return rows
+
+
+def summarise(rows: dict[str, Row], baseline: str = "ours plain") -> list[dict]:
+    base = rows[baseline]
+    t_target = base.target_s / base.target_passes  # one plain decode step
+    out = []
+    for row in rows.values():
+        d = {"method": row.method, "k": row.k, "tokens": row.tokens, "seconds": round(row.seconds, 3),
+             "tokens_per_s": row.tokens / row.seconds, "speedup": base.seconds / row.seconds * row.tokens / base.tokens}
+        if row.target_passes:
+            d["tokens_per_target_pass"] = row.tokens / row.target_passes
+        if row.drafted:
+            alpha = row.accepted / row.drafted
+            k = row.drafted / max(1, row.target_passes)  # mean guesses per step
+            c = (row.draft_s / row.draft_passes) / t_target if row.draft_passes else 0.0
+            t_pass = row.target_s / row.target_passes
+            d.update(alpha=alpha, c=c, mean_k=k)
+            if row.k.isdigit():
+                kk = int(row.k)
+                d["predicted"] = speedup(min(alpha, 1.0), kk, c)
+                d["predicted_cost_aware"] = expected_tokens(min(alpha, 1.0), kk) * t_target / \
+                    (kk * c * t_target + t_pass)
+                d["measured_over_predicted"] = d["speedup"] / d["predicted_cost_aware"]
+        out.append(d)
+    return out
+
+
+def identical(rows: dict[str, Row]) -> bool:
+    outputs = [r.outputs for r in rows.values()]
+    return all(o == outputs[0] for o in outputs)
+
+
+def bench(pair: Pair, docs: list[list[int]], copy: list[list[int]], n: int = 96, ks=(1, 2, 3, 4), seed: int = 0,
+          progress: bool = True) -> dict:
+    """The whole benchmark; returns a JSON-able dict of tables, one per workload."""
+    from tqdm.auto import tqdm
+
+    fixed = dataclasses.replace(pair, eos_token_id=None)  # every method decodes exactly n tokens
+    plain_engine = Engine(fixed)
+    silent = Engine(fixed, events=DiscardLog())
+    widgets = Engine(fixed, record_top=5)
+    greedy, sampled = SamplingParams(), SamplingParams(temperature=1.0)
+
+    docs_methods = {"ours plain": (ours_plain, 0), "transformers generate": (hf(False), 0)}
+    if pair.draft is not None:
+        docs_methods["transformers assisted (defaults)"] = (hf(True), "")
+        docs_methods["transformers assisted (k=2)"] = (hf(True, 2), 2)
+        for k in ks:
+            docs_methods[f"ours k={k}"] = (ours(plain_engine, "model", k), k)
+        docs_methods["ours adaptive"] = (ours(plain_engine, "model", "adaptive"), "adaptive")
+        docs_methods["ours adaptive, events off"] = (ours(silent, "model", "adaptive"), "adaptive")
+        docs_methods["ours adaptive, widget events"] = (ours(widgets, "model", "adaptive"), "adaptive")
+    sampled_methods = {name: m for name, m in docs_methods.items()
+                       if name in ("ours plain", "transformers generate", "ours k=2", "ours adaptive")}
+    copy_methods = {"ours plain": (ours_plain, 0), "transformers generate": (hf(False), 0),
+                    "ours prompt lookup k=4": (ours(plain_engine, "ngram", 4), 4),
+                    "ours prompt lookup adaptive": (ours(plain_engine, "ngram", "adaptive"), "adaptive")}
+    if pair.draft is not None:
+        copy_methods["ours adaptive (draft model)"] = (ours(plain_engine, "model", "adaptive"), "adaptive")
+
+    workloads = [("docs, temperature 0", docs, greedy, docs_methods),
+                 ("docs, temperature 1", docs, sampled, sampled_methods),
+                 ("copy-heavy, temperature 0", copy, greedy, copy_methods)]
+    bar = tqdm(total=sum(len(w[1]) for w in workloads), desc="bench speculative", disable=not progress)
+    result = {"device": str(pair.device), "pair": pair.name, "new_tokens": n, "prompts": len(docs),
+              "threads": torch.get_num_threads(), "workloads": {}}
+    for name, prompts, params, methods in workloads:
+        rows = run_workload(fixed, prompts, n, params, methods, seed, bar)
+        table = summarise(rows)
+        result["workloads"][name] = {"rows": table, "greedy_outputs_identical": identical(rows)
+                                     if params.greedy else None}
+    bar.close()
+    return result
+
+
+def markdown(result: dict) -> str:
+    lines = [f"device {result['device']}, pair {result['pair']}, {result['prompts']} prompts x "
+             f"{result['new_tokens']} new tokens, {result['threads']} threads"]
+    for name, w in result["workloads"].items():
+        same = w["greedy_outputs_identical"]
+        lines += ["", f"**{name}**" + ("" if same is None else f" (greedy outputs identical: {same})"), "",
+                  "| method | speedup | tok/s | tok/pass | alpha | c | predicted (paper) | predicted (cost-aware) "
+                  "| measured/predicted |", "|---|---|---|---|---|---|---|---|---|"]
+        for r in w["rows"]:
+            def f(key, fmt="{:.2f}"):
+                return fmt.format(r[key]) if key in r else ""
+            lines.append(f"| {r['method']} | {r['speedup']:.2f}x | {r['tokens_per_s']:.0f} | "
+                         f"{f('tokens_per_target_pass')} | {f('alpha')} | {f('c')} | {f('predicted')} | "
+                         f"{f('predicted_cost_aware')} | {f('measured_over_predicted')} |")
+    return "\n".join(lines)
+
+
+def save(result: dict, path: str) -> None:
+    with open(path, "w") as f:
+        json.dump(result, f, indent=2)

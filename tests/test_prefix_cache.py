@@ -1,0 +1,132 @@
+"""Prefix reuse in the engine: real KV in the radix tree, exact outputs, budgets and locks that always balance."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from conftest import build_model
+from teachspec import kv
+from teachspec.engine import Engine
+from teachspec.events import Prefill
+from teachspec.models.pair import Pair
+from test_engine import make_pair
+
+SYSTEM = list(range(100, 160))  # a shared "system prompt"
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return make_pair()
+
+
+def test_logits_after_a_reused_prefix_equal_a_full_recompute(pair):
+    ids = list(range(10, 90))
+    full = kv.forward(pair.target, ids, kv.new_cache(pair.target), 5, pair.vocab_size)
+    cache = kv.new_cache(pair.target)
+    kv.forward(pair.target, ids[:60], cache, 1, pair.vocab_size)
+    nodes = [kv.view(cache, 0, 60)[0:25], kv.view(cache, 0, 60)[25:60]]  # two tree nodes' worth of KV
+    reused = kv.forward(pair.target, ids[60:], kv.assemble(pair.target, nodes), 5, pair.vocab_size)
+    torch.testing.assert_close(reused, full, atol=1e-4, rtol=0)
+
+
+def test_a_shared_prefix_is_computed_once_and_outputs_do_not_change(pair):
+    on, off = Engine(pair, cache_tokens=4096), Engine(pair, cache_tokens=0)
+    prompts = [SYSTEM + [200 + i, 201 + i, 7] for i in range(4)]
+    for speculate in ("model", None):
+        for p in prompts:
+            a = on.generate(p, 12, speculate=speculate, k=3)
+            b = off.generate(p, 12, speculate=speculate, k=3)
+            assert a.tokens == b.tokens
+    prefills = on.events.of(Prefill)
+    assert prefills[0].cached == 0 and prefills[0].computed == len(prompts[0])
+    assert all(e.cached >= len(SYSTEM) for e in prefills[1:])  # every later request reuses the system prompt
+    assert on.tree.protected_size == 0
+    on.tree.check_invariants()
+
+
+def test_a_multi_turn_history_is_reused_whole_including_the_reply(pair):
+    engine = Engine(pair)
+    first = engine.generate(SYSTEM, 10, speculate="model", k=2)
+    history = SYSTEM + first.tokens + [5, 6, 7]
+    second = engine.generate(history, 10, speculate="model", k=2)
+    assert second.stats.cached_tokens == len(SYSTEM) + len(first.tokens) - 1  # all but the reply's last token
+
+
+def test_never_the_whole_prompt_is_served_from_cache(pair):
+    engine = Engine(pair)
+    engine.generate(SYSTEM, 5)
+    again = engine.generate(SYSTEM, 5)
+    assert again.stats.cached_tokens == len(SYSTEM) - 1
+
+
+def test_rejected_guesses_are_never_inserted(pair):
+    engine = Engine(pair)
+    out = engine.generate(SYSTEM, 30, temperature=1.0, speculate="adversary", k=3, seed=0)
+    assert out.stats.drafted > out.stats.accepted  # there were rejections
+    committed = out.prompt + out.tokens
+    assert engine.tree.peek_prefix(committed) == len(committed) - 1
+    stored = engine.tree.total_size
+    assert stored == len(committed) - 1  # nothing but the committed tokens
+
+
+def test_the_budget_is_never_exceeded_and_lru_makes_room(pair):
+    engine = Engine(pair, cache_tokens=150)
+    for i in range(6):
+        engine.generate([300 + i] * 3 + list(range(10, 70)), 8)
+        assert engine.tree.total_size <= 150
+        engine.tree.check_invariants()
+    assert engine.tree.metrics.evictions > 0
+
+
+def test_a_request_longer_than_the_budget_runs_uncached_and_says_so(pair):
+    engine = Engine(pair, cache_tokens=20)
+    with pytest.warns(UserWarning, match="longer than the whole cache"):
+        out = engine.generate(SYSTEM, 5)
+    assert len(out.tokens) == 5 and engine.tree.total_size == 0
+
+
+def test_bad_budgets_are_refused(pair):
+    with pytest.raises(ValueError, match="cache_tokens must be >= 0, got -1"):
+        Engine(pair, cache_tokens=-1)
+    with pytest.raises(ValueError, match="policy"):
+        Engine(pair, cache_policy="random")
+
+
+def test_a_failing_request_leaves_no_lock_behind(pair, monkeypatch):
+    engine = Engine(pair)
+    engine.generate(SYSTEM, 4)
+
+    def boom(*a, **k):
+        raise RuntimeError("out of memory, say")
+
+    monkeypatch.setattr(kv, "forward", boom)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        engine.generate(SYSTEM + [1, 2], 4)
+    assert engine.tree.protected_size == 0
+    engine.tree.check_invariants()
+
+
+def test_soak_2000_random_requests_over_a_small_budget():
+    """Invariants after every request, no lock left behind, outputs identical to a run without the cache."""
+    torch.manual_seed(0)
+    target = build_model("llama", seed=1, layers=1, hidden=32)
+    draft = build_model("llama", seed=2, layers=1, hidden=16)
+    from transformers import AutoTokenizer
+    from conftest import TOKENIZER_DIR
+    pair = Pair(target, draft, AutoTokenizer.from_pretrained(TOKENIZER_DIR), 4096, "soak", torch.device("cpu"))
+    on, off = Engine(pair, cache_tokens=120), Engine(pair, cache_tokens=0)
+    rng = random.Random(0)
+    stems = [[rng.randrange(1, 4096) for _ in range(rng.randrange(5, 40))] for _ in range(12)]
+    for i in range(2000):
+        prompt = rng.choice(stems)[:rng.randrange(1, 40)] + [rng.randrange(1, 4096) for _ in range(rng.randrange(3))]
+        speculate = rng.choice(["model", "ngram", None])
+        n = rng.randrange(0, 4)
+        a = on.generate(prompt, n, speculate=speculate, k=2)
+        if i % 10 == 0:  # the uncached twin costs as much again; every tenth request is plenty to compare
+            assert a.tokens == off.generate(prompt, n, speculate=speculate, k=2).tokens
+        assert on.tree.protected_size == 0 and on.tree.total_size <= 120
+        on.tree.check_invariants()
+    assert on.tree.metrics.hit_tokens > 0 and on.tree.metrics.evictions > 0
