@@ -93,6 +93,33 @@ class Engine:
         tokens, reason, stats = self._run(request, ids, max_new_tokens, params, drafter, policy, generator)
         return Generation(self.pair.decode(tokens), tokens, ids, reason, stats)
 
+    def serve(self, requests: list, schedule: str = "fcfs", **generate) -> list[Generation]:
+        """Run a queue of requests one after another, in a cache-aware order, and return their generations in
+        the order given. Each request is a prompt (text or ids) or has `.prompt` and `.max_new_tokens`.
+
+        schedule: "fcfs" (arrival order), "lpm" (longest cached prefix first, re-ranked after every request as
+        the tree changes) or "dfs" (depth-first over the tree of waiting prompts), as in SGLang.
+        """
+        from teachspec.radix.schedule import POLICIES, order
+
+        if schedule not in POLICIES:
+            raise ValueError(f"schedule={schedule!r} is not a schedule; use one of {sorted(POLICIES)}")
+        prompts = [check_prompt(getattr(r, "prompt", r), self.pair.encode) for r in requests]
+        budgets = [getattr(r, "max_new_tokens", generate.get("max_new_tokens", 64)) for r in requests]
+        generate.pop("max_new_tokens", None)
+        results: list[Generation | None] = [None] * len(prompts)
+        waiting = list(range(len(prompts)))
+        fixed = order([prompts[i] for i in waiting], schedule, self.tree) if schedule != "lpm" else None
+        queue = [waiting[i] for i in fixed] if fixed is not None else None
+        while waiting:
+            if queue is not None:
+                i = queue.pop(0)
+            else:  # longest prefix match is greedy: the best request now depends on what the last one cached
+                i = waiting[order([prompts[j] for j in waiting], "lpm", self.tree)[0]]
+            waiting.remove(i)
+            results[i] = self.generate(prompts[i], budgets[i], **generate)
+        return results
+
     def _drafter(self, speculate, ngram):
         if speculate not in DRAFTERS:
             raise ValueError(f"speculate={speculate!r} is not a drafter; use one of {list(DRAFTERS)}")

@@ -90,8 +90,10 @@ class ModelDrafter:
             tokens.append(x)
             qs.append(q)
             feed = [x]  # the last guess is not fed: if it is accepted, the next proposal feeds it
-            if stop_below is not None and q[x] < stop_below:
-                break  # confidence stop: the draft doubts this token, so guessing further is likely waste
+            # confidence stop: the draft's own (unwarped) belief in its guess; under greedy q is one-hot and says
+            # nothing. A doubtful guess is kept, but guessing past it is likely waste.
+            if stop_below is not None and float(logits.softmax(-1)[x]) < stop_below:
+                break
         return Proposal(tokens, self.q_of(qs, tokens), len(tokens), time.perf_counter() - t0)
 
     def q_of(self, qs: list[torch.Tensor], tokens: list[int]) -> torch.Tensor | None:

@@ -73,7 +73,7 @@ class Adaptive:
     """Pick k by the cost model above, from exponentially weighted estimates (weight `decay` per step)."""
 
     k_max: int = 8
-    decay: float = 0.95
+    decay: float = 0.98
     probe_every: int = 16  # when k = 0 wins, try k = 1 this often so alpha keeps being measured
     warmup: tuple[int, ...] = (1, 2, 3, 1, 2, 3)  # first steps: a few k's to fit how verify cost grows with k
     stop_below = None
