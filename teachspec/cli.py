@@ -68,6 +68,16 @@ def cmd_bench_speculative(args) -> None:
         speculative.save(result, args.json)
 
 
+def cmd_bench_radix(args) -> None:
+    from teachspec.bench import radix
+
+    result = radix.bench(pair_from(args), names=args.workloads, cache_tokens=args.cache_tokens, rounds=args.rounds,
+                         speculate=args.speculate)
+    print(radix.markdown(result))
+    if args.json:
+        radix.save(result, args.json)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="teachspec", description="Guessing several tokens at once.")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -96,6 +106,15 @@ def main(argv: list[str] | None = None) -> None:
     bs.add_argument("--seed", type=int, default=0)
     bs.add_argument("--json", default=None, help="also write the results here")
     bs.set_defaults(run=cmd_bench_speculative)
+    br = bsub.add_parser("radix", help="prefix reuse: cache on vs off, fcfs vs lpm vs dfs, per workload")
+    add_model_args(br)
+    br.add_argument("--workloads", nargs="+",
+                    default=["system_prompt", "few_shot", "multi_turn", "tree_of_thought", "no_reuse"])
+    br.add_argument("--cache-tokens", type=int, default=16384)
+    br.add_argument("--rounds", type=int, default=3)
+    br.add_argument("--speculate", default=None, help="also speculate: model or ngram (default: no)")
+    br.add_argument("--json", default=None, help="also write the results here")
+    br.set_defaults(run=cmd_bench_radix)
     args = ap.parse_args(argv)
     try:
         args.run(args)

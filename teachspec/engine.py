@@ -104,8 +104,12 @@ class Engine:
 
         if schedule not in POLICIES:
             raise ValueError(f"schedule={schedule!r} is not a schedule; use one of {sorted(POLICIES)}")
+        if schedule == "lpm" and self.tree is None:
+            raise ValueError("schedule='lpm' ranks requests by their cached prefix, and this engine's cache is off "
+                             "(cache_tokens=0); use 'fcfs' or 'dfs', or turn the cache on")
         prompts = [check_prompt(getattr(r, "prompt", r), self.pair.encode) for r in requests]
-        budgets = [getattr(r, "max_new_tokens", generate.get("max_new_tokens", 64)) for r in requests]
+        budgets = [check_int("max_new_tokens", getattr(r, "max_new_tokens", generate.get("max_new_tokens", 64)), 0)
+                   for r in requests]
         generate.pop("max_new_tokens", None)
         results: list[Generation | None] = [None] * len(prompts)
         waiting = list(range(len(prompts)))

@@ -130,3 +130,38 @@ def test_soak_2000_random_requests_over_a_small_budget():
         assert on.tree.protected_size == 0 and on.tree.total_size <= 120
         on.tree.check_invariants()
     assert on.tree.metrics.hit_tokens > 0 and on.tree.metrics.evictions > 0
+
+
+def test_serve_returns_results_in_request_order_and_cache_aware_schedules_hit_more(pair):
+    a, b = [300] * 40, [400] * 40  # two "subjects", interleaved as they arrive
+    requests = [a + [i] for i in range(3)] + [b + [i] for i in range(3)]
+    requests = [requests[i] for i in (0, 3, 1, 4, 2, 5)]
+    results = {}
+    for schedule in ("fcfs", "lpm", "dfs"):
+        engine = Engine(pair, cache_tokens=60)  # room for one subject at a time
+        outs = engine.serve(requests, schedule=schedule, max_new_tokens=4, speculate=None)
+        assert [o.prompt for o in outs] == requests
+        results[schedule] = (sum(o.stats.cached_tokens for o in outs), [o.tokens for o in outs])
+    assert results["lpm"][1] == results["dfs"][1] == results["fcfs"][1]
+    assert results["lpm"][0] > results["fcfs"][0] and results["dfs"][0] > results["fcfs"][0]
+
+
+def test_serve_refuses_unknown_schedules_and_lpm_without_a_cache(pair):
+    with pytest.raises(ValueError, match="schedule='sjf' is not a schedule"):
+        Engine(pair).serve([[1, 2]], schedule="sjf")
+    with pytest.raises(ValueError, match="cache is off"):
+        Engine(pair, cache_tokens=0).serve([[1, 2]], schedule="lpm")
+
+
+def test_chat_keeps_token_ids_so_each_turn_reuses_the_whole_history(pair):
+    from teachspec.chat import Chat
+    from teachspec.workloads import chat_prompt
+
+    chat = Chat(Engine(pair), system="Be brief.")
+    first = chat.say("What does dict.copy return?", 6, speculate=None)
+    second = chat.say("And list.copy?", 6, speculate=None)
+    assert second.stats.cached_tokens == len(first.prompt) + len(first.tokens) - 1
+    assert pair.decode(second.prompt) == chat_prompt(["What does dict.copy return?", first.text.removeprefix(" "), "And list.copy?"],
+                                                     "Be brief.")
+    with pytest.raises(ValueError, match="message must be a non-empty string"):
+        chat.say("")

@@ -1,0 +1,38 @@
+"""The `teachspec` command, run as a user would run it."""
+
+import os
+import subprocess
+import sys
+
+
+def teachspec(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "teachspec.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"})
+
+
+def test_generate_prints_the_continuation_and_its_speed():
+    run = teachspec("generate", "Return a new dictionary", "--max-new-tokens", "12")
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("Return a new dictionary") and len(run.stdout) > len("Return a new dictionary")
+    assert "tokens/s" in run.stderr and "12 target passes" in run.stderr
+
+
+def test_demo_colours_decisions_and_reports_the_stats():
+    run = teachspec("demo", "The with statement", "--max-new-tokens", "24", "--colour", "always")
+    assert run.returncode == 0, run.stderr
+    assert "\033[32m" in run.stdout  # accepted tokens in green
+    assert "identical to plain greedy decoding: True" in run.stdout
+    assert "alpha" in run.stdout and "tokens per pass" in run.stdout
+    plain = teachspec("demo", "The with statement", "--max-new-tokens", "8", "--colour", "never")
+    assert "\033[" not in plain.stdout
+
+
+def test_bad_input_exits_with_a_message_naming_the_parameter():
+    for args, message in [(("generate", "x", "--max-new-tokens", "-1"), "max_new_tokens must be >= 0"),
+                          (("generate", "x", "--temperature", "-1"), "temperature"),
+                          (("generate", "x", "--pair", "huge"), "name='huge' is not a bundled pair"),
+                          (("generate", "x", "--device", "cuda:9"), "device='cuda:9'"),
+                          (("demo", "x", "--k", "-2"), "k must be >= 0"),
+                          (("demo", "x", "--speculate", "psychic"), "speculate='psychic'")]:
+        run = teachspec(*args)
+        assert run.returncode == 2 and message in run.stderr, (args, run.stderr)
