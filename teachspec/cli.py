@@ -56,7 +56,7 @@ def cmd_demo(args) -> None:
 
 
 def cmd_bench_speculative(args) -> None:
-    from teachspec.bench import speculative
+    from teachspec.bench import save, speculative
     from teachspec.workloads import copy_heavy, docs_completion
 
     pair = pair_from(args)
@@ -65,17 +65,25 @@ def cmd_bench_speculative(args) -> None:
     result = speculative.bench(pair, docs, copy, n=args.new_tokens, ks=args.ks, seed=args.seed)
     print(speculative.markdown(result))
     if args.json:
-        speculative.save(result, args.json)
+        save(result, args.json)
 
 
 def cmd_bench_radix(args) -> None:
-    from teachspec.bench import radix
+    from teachspec.bench import radix, save
 
     result = radix.bench(pair_from(args), names=args.workloads, cache_tokens=args.cache_tokens, rounds=args.rounds,
                          speculate=args.speculate)
     print(radix.markdown(result))
     if args.json:
-        radix.save(result, args.json)
+        save(result, args.json)
+
+
+def cmd_bench_widgets(args) -> None:
+    from teachspec.bench.widgets import live_overhead
+
+    pair = pair_from(args)
+    for prompt in ("def main():", "Return a new dictionary"):
+        print(f"{prompt!r}: {live_overhead(pair, prompt, max_new_tokens=args.new_tokens, repeats=args.repeats)}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -115,6 +123,11 @@ def main(argv: list[str] | None = None) -> None:
     br.add_argument("--speculate", default=None, help="also speculate: model or ngram (default: no)")
     br.add_argument("--json", default=None, help="also write the results here")
     br.set_defaults(run=cmd_bench_radix)
+    bw = bsub.add_parser("widgets", help="tokens/s with live views attached against none")
+    add_model_args(bw)
+    bw.add_argument("--new-tokens", type=int, default=64)
+    bw.add_argument("--repeats", type=int, default=5)
+    bw.set_defaults(run=cmd_bench_widgets)
     args = ap.parse_args(argv)
     try:
         args.run(args)

@@ -108,8 +108,8 @@ class Verify(Event):
 
 
 @dataclass(slots=True)
-class Accept(Event):
-    kind: ClassVar[str] = "accept"
+class Judged(Event):
+    """A drafted token the target has judged: the fields Accept and Reject share."""
     step: int
     position: int
     i: int
@@ -122,17 +122,13 @@ class Accept(Event):
 
 
 @dataclass(slots=True)
-class Reject(Event):
+class Accept(Judged):
+    kind: ClassVar[str] = "accept"
+
+
+@dataclass(slots=True)
+class Reject(Judged):
     kind: ClassVar[str] = "reject"
-    step: int
-    position: int
-    i: int
-    token: int
-    p: float
-    q: float
-    u: float
-    top_p: Top | None = None
-    top_q: Top | None = None
 
 
 @dataclass(slots=True)

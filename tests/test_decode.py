@@ -6,7 +6,7 @@ import torch
 from conftest import build_model
 from teachspec import load_pair
 from teachspec.decode import decode, generate
-from teachspec.events import EventLog, Finish, Plain, Prefill, RequestStart
+from teachspec.events import EventLog, Finish, Plain
 from teachspec.sampling import SamplingParams
 
 

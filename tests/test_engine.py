@@ -170,3 +170,31 @@ def test_a_pair_without_a_draft_cannot_use_the_model_drafter(pair):
     with pytest.raises(ValueError, match="speculate='model' needs a draft model"):
         Engine(no_draft).generate(PROMPT)
     assert Engine(no_draft).generate(PROMPT, 5, speculate="ngram").stats.new_tokens == 5
+
+
+def test_greedy_identity_on_the_bundled_pair_for_every_drafter_and_k():
+    from teachspec import load_pair
+
+    pair = load_pair("tiny")
+    engine = Engine(pair, cache_tokens=0)
+    for text in ("Return a new dictionary", "The \"with\" statement"):
+        prompt = pair.encode(text)
+        ref = decode(pair.target, prompt, 32, SamplingParams(), None, pair.eos_token_id, pair.vocab_size)[0]
+        for speculate in DRAFTERS:
+            for k in (1, 2, 4, "adaptive"):
+                assert engine.generate(prompt, 32, speculate=speculate, k=k).tokens == ref, (text, speculate, k)
+
+
+def test_the_bundled_draft_agrees_with_the_target_as_its_card_says():
+    """Re-measure the card's greedy alpha on a few held-out prompts: the card's number is not made up."""
+    import json
+
+    from teachspec import load_pair
+    from teachspec.models import BUNDLED
+    from teachspec.models.card import agreement, held_out_prompts
+
+    pair = load_pair("tiny")
+    card = json.loads((BUNDLED["tiny"] / "card.json").read_text())
+    measured = agreement(pair, held_out_prompts(pair, 8, 32), 48)
+    assert card["agreement"]["greedy_alpha"] >= 0.6
+    assert abs(measured["greedy_alpha"] - card["agreement"]["greedy_alpha"]) < 0.12

@@ -15,7 +15,6 @@ its order is fixed and only on/off is compared.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 
@@ -143,8 +142,3 @@ def markdown(result: dict) -> str:
                          f"{r['prefill_computed']} | {r['prefill_saved']} | {r['peak_cached_tokens']} | "
                          f"{r['outputs_identical_to_cache_off']} |")
     return "\n".join(lines)
-
-
-def save(result: dict, path: str) -> None:
-    with open(path, "w") as f:
-        json.dump(result, f, indent=2)

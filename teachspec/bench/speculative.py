@@ -16,7 +16,6 @@ Columns:
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from dataclasses import dataclass, field
 
@@ -210,8 +209,3 @@ def markdown(result: dict) -> str:
                          f"{f('tokens_per_target_pass')} | {f('alpha')} | {f('c')} | {f('predicted')} | "
                          f"{f('predicted_cost_aware')} | {f('measured_over_predicted')} |")
     return "\n".join(lines)
-
-
-def save(result: dict, path: str) -> None:
-    with open(path, "w") as f:
-        json.dump(result, f, indent=2)

@@ -2,6 +2,7 @@
 
     python -m teachspec.models.train --stage all           # tokenizer, target, draft: about 90 minutes on 2 cores
     python -m teachspec.models.train --stage draft         # retrain only the draft against the saved target
+    python -m teachspec.models.train --stage target --resume --target-minutes 40   # train the target further
 
 Stages, each seeded and each writing into `--out` (default: the bundled `teachspec/models/tiny/`):
 1. **tokenizer**: byte-level BPE with a 4096-token vocabulary and one special token, `<|endoftext|>`.
@@ -215,6 +216,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--kd-minutes", type=float, default=10)
     ap.add_argument("--self-written", type=int, default=512, help="target continuations to distil on")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--resume", action="store_true",
+                    help="continue training the saved target instead of starting from random weights")
+    ap.add_argument("--lr", type=float, default=1e-3, help="the target's peak learning rate")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -238,15 +242,22 @@ def main(argv: list[str] | None = None) -> None:
     gen = torch.Generator().manual_seed(args.seed)
 
     if args.stage in ("target", "all"):
-        target = LlamaForCausalLM(llama_config(TARGET, tok.get_vocab_size(), eos, args.context))
+        if args.resume:
+            target = LlamaForCausalLM.from_pretrained(args.out / "target", dtype=torch.float32)
+            earlier = stats["target"]["phases"]
+            gen.manual_seed(args.seed + len(earlier))  # fresh windows, not a replay of the first run's batches
+        else:
+            target = LlamaForCausalLM(llama_config(TARGET, tok.get_vocab_size(), eos, args.context))
+            earlier = []
         short = args.target_minutes * (1 - args.long_fraction)
-        log1 = fit(target, cross_entropy, batches(train, 4, args.seq_len, gen), short, 1e-3, val, args.seq_len,
+        log1 = fit(target, cross_entropy, batches(train, 4, args.seq_len, gen), short, args.lr, val, args.seq_len,
                    "target")
         log2 = fit(target, cross_entropy, batches(train, 2, args.long_seq_len, gen),
                    args.target_minutes - short, 3e-4, val, args.long_seq_len, "target-long", warmup=10)
         target.to(torch.float16).save_pretrained(args.out / "target")
         stats["target"] = {"params": sum(p.numel() for p in target.parameters()), "size": asdict(TARGET),
-                           "phases": [asdict(log1), asdict(log2)], "seq_lens": [args.seq_len, args.long_seq_len]}
+                           "phases": earlier + [asdict(log1), asdict(log2)],
+                           "seq_lens": [args.seq_len, args.long_seq_len]}
         stats_path.write_text(json.dumps(stats, indent=2))
 
     if args.stage in ("draft", "all"):

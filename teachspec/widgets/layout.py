@@ -1,0 +1,132 @@
+"""Where the radix tree's nodes go on screen: a tidy layout that stays put as the tree grows, and folding.
+
+Tidy layout, in its simplest form (after Reingold and Tilford 1981): each drawn leaf takes the next column from
+left to right, each inner node sits centred over its first and last child, and a node's row is its depth.
+Children are ordered by when they were created, never by their tokens, so a new leaf always lands to the right of
+its older siblings. An insert therefore changes no node's row and moves nothing leftwards: nodes on the new
+leaf's left stay where they are (its ancestors excepted, which re-centre over their children), nodes on its
+right shift one column, and the leaves keep their order. A split puts a new node above the one it cuts, so that
+subtree moves down one row, and nothing moves sideways. (tests/test_widgets_layout.py checks all of this.)
+
+Folding: a few hundred nodes are too many to read (and to animate), so at most `max_nodes` are drawn. The most
+recently touched nodes are kept, each with its path to the root, in that order until the next would not fit;
+nodes deeper than `max_depth` are never kept. A kept node whose children are not all kept gets one "+N" stub, its
+last child, standing for the N nodes folded under it. Every step is deterministic, so replaying a log always
+draws the same pictures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+
+class TreeNode(Protocol):
+    id: int
+    parent: int | None            # None for the root
+    children: list[int]           # in creation order
+    tokens: int
+    touched: int                  # when it was last reached: larger is more recent
+
+
+@dataclass(slots=True)
+class Fold:
+    kept: set[int]                        # node ids drawn as themselves
+    stubs: dict[int, tuple[int, int]]     # kept node id -> (nodes, tokens) folded under its "+N" stub
+
+
+@dataclass(slots=True)
+class Spot:
+    x: float                              # column (leaves 0, 1, 2, ...); inner nodes may sit on halves
+    y: int                                # row: the depth, the root on row 0
+
+
+def depths(nodes: Mapping[int, TreeNode], root: int = 0) -> dict[int, int]:
+    out, stack = {root: 0}, [root]
+    while stack:  # an explicit stack: a long chain of nodes must not hit Python's recursion limit
+        n = stack.pop()
+        for c in nodes[n].children:
+            out[c] = out[n] + 1
+            stack.append(c)
+    return out
+
+
+def fold(nodes: Mapping[int, TreeNode], max_nodes: int, max_depth: int, root: int = 0) -> Fold:
+    """Which nodes to draw (the recent ones and their paths), and the "+N" stubs for the rest."""
+    depth = depths(nodes, root)
+    kept, shown = {root}, {root: 0}  # shown[n]: how many of n's children are kept
+
+    def stub(n: int, extra: int = 0) -> bool:
+        return len(nodes[n].children) > shown[n] + extra
+
+    stubs = int(stub(root))
+    recent = sorted((n for n in nodes.values() if n.id != root and depth[n.id] <= max_depth),
+                    key=lambda n: (-n.touched, n.id))
+    for node in recent:
+        chain = []  # node and its ancestors up to (not including) the first kept one, bottom to top
+        n = node.id
+        while n not in kept:
+            chain.append(n)
+            n = nodes[n].parent
+        if not chain:
+            continue
+        # stubs after adding the chain: its top's parent shows one more child; each chain node shows one child,
+        # except the bottom one, which shows none yet
+        added = stub(n, 1) - stub(n) + sum(len(nodes[c].children) > (i > 0) for i, c in enumerate(chain))
+        if len(kept) + len(chain) + stubs + added > max_nodes:
+            break
+        stubs += added
+        shown[n] += 1
+        for i, c in enumerate(chain):
+            kept.add(c)
+            shown[c] = int(i > 0)
+
+    sizes = _subtree_sizes(nodes, root)
+    folded = {}
+    for n in kept:
+        hidden = [c for c in nodes[n].children if c not in kept]
+        if hidden:
+            folded[n] = (sum(sizes[c][0] for c in hidden), sum(sizes[c][1] for c in hidden))
+    return Fold(kept, folded)
+
+
+def place(nodes: Mapping[int, TreeNode], fold: Fold, root: int = 0) -> tuple[dict[int, Spot], dict[int, Spot]]:
+    """Spots for the kept nodes and for the stubs (by the id of the node they hang under)."""
+    spots, stub_spots, column = {}, {}, 0
+
+    def visit(n: int, depth: int) -> None:  # recursion is as deep as the drawn tree: at most max_depth
+        nonlocal column
+        xs = []
+        for c in nodes[n].children:
+            if c in fold.kept:
+                visit(c, depth + 1)
+                xs.append(spots[c].x)
+        if n in fold.stubs:
+            stub_spots[n] = Spot(column, depth + 1)
+            xs.append(column)
+            column += 1
+        if xs:
+            spots[n] = Spot((xs[0] + xs[-1]) / 2, depth)
+        else:
+            spots[n] = Spot(column, depth)
+            column += 1
+
+    visit(root, 0)
+    return spots, stub_spots
+
+
+def _subtree_sizes(nodes: Mapping[int, TreeNode], root: int) -> dict[int, tuple[int, int]]:
+    """(nodes, tokens) in each node's subtree, itself included."""
+    order, stack = [], [root]
+    while stack:
+        n = stack.pop()
+        order.append(n)
+        stack.extend(nodes[n].children)
+    sizes: dict[int, tuple[int, int]] = {}
+    for n in reversed(order):  # children before their parents
+        count, tokens = 1, nodes[n].tokens
+        for c in nodes[n].children:
+            count, tokens = count + sizes[c][0], tokens + sizes[c][1]
+        sizes[n] = (count, tokens)
+    return sizes

@@ -1,0 +1,234 @@
+"""RadixTreeView: the radix cache's tree as it changes, rebuilt from the cache's events alone.
+
+The view never looks at a RadixCache. It replays Match, Insert, Split, Evict, Lock and Unlock into a tree of its
+own, so a saved trace shows the same pictures as the live cache did:
+
+    Match     the matched path is highlighted (until the next lookup)
+    Insert    a new leaf appears, under the node where the cached prefix ended
+    Split     a node is cut in two: the new node above it takes its first `at` tokens
+    Evict     a leaf fades out and its tokens are freed
+    Lock      every node on the path root -> node gains a lock: protected from eviction while a request runs
+    Unlock    and loses it again
+
+Events carry token counts, not token ids. A node's text is recovered when its insert belongs to a request the
+log also recorded (RequestStart gives the prompt, Accept/Resample/Bonus/Plain the new tokens) and the path it
+hangs from spells the start of that request's sequence; otherwise the node shows its id and token count.
+
+Below the tree a memory bar splits a token `budget` into in use (locked), cached (evictable) and free. The layout
+(layout.py) is computed here, in Python, and stays put as the tree grows; big trees fold into "+N" stubs.
+`to_svg()` draws any frame as a static picture, with Graphviz when its `dot` program is installed (svg.py).
+
+    view = RadixTreeView(log, decode=pair, budget=2048)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from teachspec.events import Accept, Bonus, Event, Evict, Insert, Lock, Match, Plain, RequestStart, Resample, \
+    Split, Unlock
+from teachspec.widgets import assets, layout, svg
+from teachspec.widgets.base import ReplayView
+from teachspec.widgets.frames import replay
+from teachspec.widgets.text import describe
+
+
+@dataclass(slots=True, eq=False)
+class Node:
+    id: int
+    parent: int | None                  # None for the root
+    tokens: int                         # the length of its token run
+    ids: list[int] | None = None        # the run itself, when the view could recover it (see the docstring)
+    locks: int = 0
+    children: list[int] = field(default_factory=list)  # in creation order: what keeps the layout stable
+    touched: int = 0                    # index of the last event that reached it: folding keeps recent ones
+
+
+class RadixTreeView(ReplayView):
+    _esm = assets.module("helpers.js", "player.js", "radix.js")
+    _css = assets.stylesheet("teachspec.css")
+
+    nothing = "No radix cache events in this log yet: give the RadixCache this log as its events."
+
+    def __init__(self, log=None, decode=None, budget: int | None = None, max_nodes: int = 150,
+                 max_depth: int = 16, interval: float = 0.05):
+        if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget < 0):
+            raise ValueError(f"budget must be a number of tokens >= 0, or None for no memory bar, got {budget!r}")
+        if not isinstance(max_nodes, int) or max_nodes < 2:
+            raise ValueError(f"max_nodes must be an int >= 2 (the root and one '+N' stub), got {max_nodes!r}")
+        if not isinstance(max_depth, int) or max_depth < 1:
+            raise ValueError(f"max_depth must be an int >= 1, got {max_depth!r}")
+        self.budget, self.max_nodes, self.max_depth = budget, max_nodes, max_depth
+        self.nodes: dict[int, Node] = {0: Node(0, None, 0, [])}
+        self.total = self.protected = 0                # tokens cached, and locked among them
+        self._sequences: dict[int, list[int]] = {}     # request -> its prompt and new tokens so far
+        self._gone: dict[int, int] = {}                # evicted node id -> the event that evicted it
+        self._matched: list[int] = []                  # the last lookup's path
+        self._match_length = 0
+        self._marks: dict[int, str] = {}               # this event's news: "new", "split" or "evicted"
+        self._fading: int | None = None                # evicted by the last event: drawn once more, fading
+        super().__init__(log, decode, interval)
+
+    # -- rebuilding the tree from events -------------------------------------------------------------------------
+
+    def _step(self, e: Event, index: int) -> str | None:
+        if isinstance(e, RequestStart):
+            self._sequences[e.request] = list(e.prompt)
+        elif isinstance(e, (Accept, Resample, Bonus, Plain)) and e.request in self._sequences:
+            self._sequences[e.request].append(e.token)
+        if not isinstance(e, (Match, Insert, Split, Evict, Lock, Unlock)):
+            return None
+        if self._fading is not None:  # its one frame of fading is over
+            self._remove(self._fading)
+            self._fading = None
+        self._marks = {}
+        caption = self._rebuild(e, index)
+        self._replace(self._drawn())
+        return caption
+
+    def _rebuild(self, e: Event, index: int) -> str:
+        """Apply one cache event to the view's own tree; return what happened, in words."""
+
+        def node(node_id: int) -> Node:  # every lookup names the event if it fails
+            return self._node(node_id, e, index)
+
+        if isinstance(e, Match):
+            path = [node(i) for i in e.path]
+            self._matched, self._match_length = e.path, e.length
+            self._touch(path, index)
+            return f"lookup: {e.length} tokens cached, path {' -> '.join(map(str, e.path))}"
+        if isinstance(e, Insert):
+            parent = node(e.parent)
+            self._touch([parent], index)
+            if e.node == -1:
+                return f"insert: all {e.cached} tokens were cached already, nothing new to store"
+            self._new_id(e.node, e, index)
+            self.nodes[e.node] = leaf = Node(e.node, e.parent, e.tokens, self._recover(e, parent), touched=index)
+            parent.children.append(e.node)
+            self.total += e.tokens
+            self._marks[e.node] = "new"
+            return (f"insert: {e.tokens} new tokens as node {e.node} under node {e.parent} "
+                    f"({e.cached} already cached){self._quote(leaf)}")
+        if isinstance(e, Split):
+            cut, parent = node(e.node), node(e.parent)
+            if cut.parent != e.parent:
+                raise ValueError(f"{describe(e, index)}: node {e.node} hangs under node {cut.parent}, not {e.parent}")
+            if not 0 < e.at < cut.tokens:
+                raise ValueError(f"{describe(e, index)}: at={e.at} must cut inside node {e.node}'s "
+                                 f"{cut.tokens} tokens (0 < at < {cut.tokens})")
+            self._new_id(e.new, e, index)
+            head = Node(e.new, e.parent, e.at, ids=cut.ids[:e.at] if cut.ids else None, locks=cut.locks,
+                        children=[e.node], touched=index)
+            parent.children[parent.children.index(e.node)] = e.new  # the head takes the cut node's place
+            cut.parent, cut.tokens, cut.touched = e.new, cut.tokens - e.at, index
+            cut.ids = cut.ids[e.at:] if cut.ids else None
+            self.nodes[e.new] = head
+            self._marks[e.new] = self._marks[e.node] = "split"
+            return f"split: node {e.node} is cut after {e.at} tokens; new node {e.new} holds them{self._quote(head)}"
+        if isinstance(e, Evict):
+            gone = node(e.node)
+            if gone.parent != e.parent or gone.children or gone.locks:
+                raise ValueError(f"{describe(e, index)}: only an unlocked leaf under node {e.parent} can be "
+                                 f"evicted; node {e.node} hangs under {gone.parent}, has {len(gone.children)} "
+                                 f"children and {gone.locks} locks")
+            self.total -= gone.tokens
+            self._fading, self._gone[e.node] = e.node, index
+            self._marks[e.node] = "evicted"
+            return f"evict: node {e.node} is dropped, freeing {gone.tokens} tokens"
+        # Lock or Unlock: one lock more or less on every node of the path root -> node
+        step = 1 if isinstance(e, Lock) else -1
+        path, n = [], node(e.node)
+        while n.parent is not None:
+            path.append(n)
+            n = self.nodes[n.parent]
+        for n in path:
+            n.locks += step
+        if path and path[0].locks != e.locks:
+            raise ValueError(f"{describe(e, index)}: the event says node {e.node} has {e.locks} locks, but the "
+                             f"view counted {path[0].locks}; did it miss events from the start of the log?")
+        self.protected = e.protected
+        self._touch(path, index)
+        verb = "lock" if step == 1 else "unlock"
+        if not path:
+            return f"{verb}: the lookup matched nothing, so there is no path to protect"
+        return f"{verb} the path root -> node {e.node}: {e.protected} tokens now protected from eviction"
+
+    def _node(self, node_id: int, e: Event, index: int) -> Node:
+        if node_id in self.nodes:
+            return self.nodes[node_id]
+        why = (f"it was evicted by event {self._gone[node_id]}" if node_id in self._gone
+               else "no event inserted it")
+        raise ValueError(f"{describe(e, index)} names node {node_id}, which is not in the tree this view rebuilt: "
+                         f"{why}. A RadixTreeView must see the cache's events from its very first one.")
+
+    def _new_id(self, node_id: int, e: Event, index: int) -> None:
+        if node_id in self.nodes or node_id in self._gone:
+            raise ValueError(f"{describe(e, index)}: node {node_id} already existed; node ids are never reused")
+
+    def _remove(self, node_id: int) -> None:
+        gone = self.nodes.pop(node_id)
+        self.nodes[gone.parent].children.remove(node_id)
+
+    def _touch(self, nodes: list[Node], index: int) -> None:
+        for n in nodes:
+            n.touched = index
+
+    def _recover(self, e: Insert, parent: Node) -> list[int] | None:
+        """The new leaf's token ids: its request's tokens after the `cached` ones, if the path agrees."""
+        sequence = self._sequences.get(e.request)
+        if sequence is None or len(sequence) < e.cached + e.tokens:
+            return None
+        path, n = [], parent
+        while n.parent is not None:
+            path[:0] = n.ids or [-1] * n.tokens  # unknown ids never match a token
+            n = self.nodes[n.parent]
+        if path != sequence[:e.cached]:
+            return None
+        return sequence[e.cached:e.cached + e.tokens]
+
+    def _quote(self, node: Node) -> str:
+        text = self.text.many(node.ids) if node.ids else None
+        return "" if text is None else f": {text[:40]!r}"
+
+    # -- what the browser draws ----------------------------------------------------------------------------------
+
+    def _drawn(self) -> dict[str, dict]:
+        """The items to draw: the kept nodes where the layout puts them, and the "+N" stubs."""
+        folded = layout.fold(self.nodes, self.max_nodes, self.max_depth)
+        spots, stubs = layout.place(self.nodes, folded)
+        matched = set(self._matched)
+        items = {}
+        for n in (self.nodes[i] for i in spots):
+            spot, text = spots[n.id], self.text.many(n.ids) if n.ids else None
+            item = {"key": f"n{n.id}", "id": n.id, "parent": None if n.parent is None else f"n{n.parent}",
+                    "x": spot.x, "y": spot.y, "tokens": n.tokens, "locks": n.locks,
+                    "text": None if text is None else text[:80], "mark": self._marks.get(n.id, ""),
+                    "matched": n.id in matched}
+            if text is None and n.ids:
+                item["ids"] = n.ids[:12]
+            items[item["key"]] = item
+        for parent, spot in stubs.items():
+            count, tokens = folded.stubs[parent]
+            key = f"s{parent}"
+            items[key] = {"key": key, "stub": True, "parent": f"n{parent}", "x": spot.x, "y": spot.y,
+                          "folded": count, "tokens": tokens}
+        return items
+
+    def _meta(self) -> dict:
+        cached = self.total - self.protected
+        return {"nodes": len(self.nodes) - 1 - (self._fading is not None), "total": self.total,
+                "in_use": self.protected, "cached": cached, "budget": self.budget,
+                "free": None if self.budget is None else self.budget - self.total,
+                "match": self._match_length}
+
+    # -- a static picture ----------------------------------------------------------------------------------------
+
+    def to_svg(self, frame: int | None = None) -> str:
+        """Frame `frame` (the newest when None) as SVG: Graphviz's drawing if `dot` is installed, else ours."""
+        if frame is None:
+            snapshot = self.snapshot()
+        elif isinstance(frame, int) and 0 <= frame < len(self._frames):
+            snapshot = replay(self._frames, frame + 1)
+        else:
+            raise ValueError(f"frame must be None (the newest) or an int in [0, {len(self._frames)}), got {frame!r}")
+        return svg.tree_svg(snapshot)

@@ -1,0 +1,127 @@
+"""SpeculationView: watch the text grow one speculation step at a time.
+
+Every step plays in frames, one per event:
+
+    Draft      the draft's k guesses appear, pending                         "tok drafted"
+    Verify     one target pass scores all k + 1 positions
+    Accept     a guess kept: u < min(1, p/q)                                 "tok accepted"
+    Reject     the first guess refused: u >= p/q; it stays, struck through  "tok rejected"
+    Resample   its replacement, drawn from norm(max(0, p - q)); the guesses after the rejection are dropped
+                                                                             "tok resampled"
+    Bonus      all k kept, so the target's pass already gave p at k + 1: one more token for free
+                                                                             "tok bonus"
+    Plain      plain decoding (k = 0): one target pass, one token           "tok plain"
+
+Clicking a token shows its p and q as bars over the top alternatives (recorded when the engine runs with
+`record_top` > 0), the uniform u and the decision. The strip above the text holds the running numbers of
+measure.py: alpha, tokens per target pass, and the speedup the formula predicts against the one measured. It
+changes once a step, when the step is complete, so its numbers never count half a step.
+
+    view = SpeculationView(engine.events, decode=pair)              replay a finished log
+    view = SpeculationView.live(engine.events, decode=pair)         follow a generation as it runs
+"""
+
+from __future__ import annotations
+
+from teachspec.events import Accept, Bonus, Draft, Event, Finish, Plain, Reject, RequestStart, Resample, Verify
+from teachspec.widgets import assets
+from teachspec.widgets.base import ReplayView
+from teachspec.widgets.measure import Running
+
+
+class SpeculationView(ReplayView):
+    _esm = assets.module("helpers.js", "player.js", "speculation.js")
+    _css = assets.stylesheet("teachspec.css")
+
+    nothing = "No speculation in this log yet: generate with an Engine whose events are this log."
+
+    def __init__(self, log=None, decode=None, interval: float = 0.05):
+        self.running = Running()
+        self._stats: dict = {}                                 # the strip: running numbers at the last finished step
+        self._step_now: tuple[int, int] | None = None          # (request, step) of the latest speculation event
+        self._pending: dict[tuple[int, int, int], str] = {}    # (request, step, i) -> key of a guess not yet judged
+        self._drafted: set[tuple[int, int]] = set()            # steps that guessed: their last token is a bonus
+        self._serial = 0
+        super().__init__(log, decode, interval)
+
+    # -- the state machine ---------------------------------------------------------------------------------------
+
+    def _step(self, e: Event, index: int) -> str | None:
+        if isinstance(e, (Draft, Verify, Accept, Reject, Resample, Bonus, Plain)):
+            if (e.request, e.step) != self._step_now:  # the previous step is complete: update the strip
+                self._stats = self.running.as_dict()
+                self._step_now = (e.request, e.step)
+            self.running.add(e)
+        elif isinstance(e, Finish):
+            self._stats = self.running.as_dict()
+        word = self._word
+
+        if isinstance(e, RequestStart):
+            self._drop_pending()
+            self._add(kind="prompt", request=e.request, n=len(e.prompt), ids=e.prompt[:32],
+                      text=self.text.many(e.prompt))
+            return f"request {e.request} starts with a prompt of {len(e.prompt)} tokens"
+        if isinstance(e, Draft):
+            self._drop_pending()
+            self._drafted.add((e.request, e.step))
+            for i, (token, q) in enumerate(zip(e.tokens, e.q)):
+                self._pending[(e.request, e.step, i)] = self._add(
+                    kind="drafted", request=e.request, step=e.step, i=i, position=e.position + i, token=token,
+                    text=self.text.one(token), q=round(q, 5))
+            guesses = " ".join(word(t) for t in e.tokens)
+            return f"step {e.step}: the {e.drafter} drafter guesses {len(e.tokens)} tokens: {guesses} ({e.ms:.1f} ms)"
+        if isinstance(e, Verify):
+            return f"step {e.step}: ONE target pass scores all {e.n} positions ({e.ms:.1f} ms)"
+        if isinstance(e, (Accept, Reject)):
+            verdict = "accepted" if isinstance(e, Accept) else "rejected"
+            self._judged(e, kind=verdict, p=round(e.p, 5), q=round(e.q, 5), u=round(e.u, 5),
+                         top_p=self.text.top(e.top_p), top_q=self.text.top(e.top_q))
+            ratio = e.p / e.q if e.q > 0 else float("inf")
+            sign = "<" if isinstance(e, Accept) else ">="
+            return (f"guess {e.i} {word(e.token)} {verdict}: u = {e.u:.3g} {sign} "
+                    f"min(1, p/q) = min(1, {e.p:.3g}/{e.q:.3g}) = {min(1.0, ratio):.3g}")
+        if isinstance(e, Resample):
+            self._drop_pending(after=(e.request, e.step, e.i))
+            self._new_token(e, "resampled", i=e.i, q=round(e.q, 5), top_residual=self.text.top(e.top_residual))
+            return f"{word(e.token)} drawn from the residual norm(max(0, p - q)) in its place; later guesses dropped"
+        if isinstance(e, Bonus) and (e.request, e.step) in self._drafted:
+            self._new_token(e, "bonus", top_p=self.text.top(e.top_p))
+            return f"all guesses kept: the bonus token {word(e.token)} comes free from the same target pass"
+        if isinstance(e, (Bonus, Plain)):  # a Bonus with no draft before it is a k = 0 step: plain decoding
+            self._new_token(e, "plain", top_p=self.text.top(getattr(e, "top_p", None)))
+            return f"plain decoding: one target pass, one token {word(e.token)}"
+        if isinstance(e, Finish):
+            self._drop_pending()  # guesses cut by the token budget or an EOS are never judged
+            return f"request {e.request} finished ({e.reason}): {e.new_tokens} new tokens in {e.ms:.0f} ms"
+        return None  # radix cache events and the prefill: not this view's business
+
+    def _new_token(self, e: Resample | Bonus | Plain, kind: str, **extra) -> None:
+        self._add(kind=kind, request=e.request, step=e.step, position=e.position, token=e.token,
+                  text=self.text.one(e.token), p=round(e.p, 5), **extra)
+
+    def _add(self, **item) -> str:
+        key = f"t{self._serial}"
+        self._put({"key": key, "order": self._serial, **item})
+        self._serial += 1
+        return key
+
+    def _judged(self, e: Accept | Reject, **verdict) -> None:
+        """The pending guess e judges, replaced by a judged copy."""
+        key = self._pending.pop((e.request, e.step, e.i), None)
+        if key is None:  # a trace without its Draft events: the guess appears as it is judged
+            key = self._add(request=e.request, step=e.step, i=e.i, position=e.position, token=e.token,
+                            text=self.text.one(e.token))
+        self._put({**self.items[key], **verdict})
+
+    def _drop_pending(self, after: tuple[int, int, int] | None = None) -> None:
+        """Forget guesses that will never be judged: all of them, or those of one step after position i."""
+        for slot in list(self._pending):
+            if after is None or (slot[:2] == after[:2] and slot[2] > after[2]):
+                self._drop(self._pending.pop(slot))
+
+    def _word(self, token: int) -> str:
+        text = self.text.one(token)
+        return f"#{token}" if text is None else repr(text)
+
+    def _meta(self) -> dict:
+        return self._stats

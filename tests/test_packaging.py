@@ -1,0 +1,22 @@
+"""What a user installs: the wheel carries the bundled pair and the widgets' front end."""
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).parents[1]
+
+
+def test_the_wheel_contains_the_models_and_the_widgets_front_end(tmp_path):
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                    str(tmp_path), str(ROOT)], check=True, capture_output=True)
+    wheel = next(tmp_path.glob("teachspec-*.whl"))
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for js in (ROOT / "widgets").glob("*.js"):
+        assert f"teachspec/widgets/static/{js.name}" in names
+    assert "teachspec/widgets/static/teachspec.css" in names
+    for part in ("target/model.safetensors", "draft/model.safetensors", "tokenizer.json", "MODEL_CARD.md"):
+        assert f"teachspec/models/tiny/{part}" in names
+    assert "teachspec/events.py" in names and "teachspec/radix/tree.py" in names
+    assert not any(n.startswith(("tests/", "notebooks/")) for n in names)

@@ -1,0 +1,277 @@
+"""The views: rebuilt from events alone, the same live as replayed, throttled, and strict about bad traces."""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import fields
+
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+from conftest import TOKENIZER_DIR, build_model
+from teachspec.engine import Engine
+from teachspec.events import Accept, Draft, EventLog, Evict, Insert, Lock, Match, RequestStart
+from teachspec.models.pair import Pair
+from teachspec.radix import RadixCache
+from teachspec.widgets import RadixTreeView, SpeculationView
+from teachspec.widgets.frames import replay
+from teachspec.widgets.live import Throttle
+
+PROMPTS = ["def main():\n    return", "def main():\n    print", "class Node:", "def main():\n    return x"]
+
+
+def make_pair(noise: float = 0.02) -> Pair:
+    """A random target and a draft that is the target plus noise: some guesses are accepted, some rejected."""
+    target = build_model("llama", seed=1)
+    draft = copy.deepcopy(target)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for w in draft.parameters():
+            w.add_(noise * torch.randn(w.shape, generator=generator))
+    return Pair(target, draft, AutoTokenizer.from_pretrained(TOKENIZER_DIR), 4096, "llama", torch.device("cpu"))
+
+
+def record(pair: Pair, prompts=PROMPTS, max_new_tokens: int = 12, cache_tokens: int = 40, **kw):
+    """Run the prompts through one engine with a small radix cache (so it splits and evicts); return it."""
+    engine = Engine(pair, record_top=4, cache_tokens=cache_tokens)
+    for i, prompt in enumerate(prompts):
+        engine.generate(prompt, max_new_tokens, temperature=1.0, k=3, seed=i, **kw)
+    return engine
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return make_pair()
+
+
+@pytest.fixture(scope="module")
+def engine(pair):
+    return record(pair)
+
+
+def re_emit(log: EventLog, event) -> None:
+    """Emit a copy of a recorded event into `log` (a new time stamp, every other field the same)."""
+    values = {f.name: getattr(event, f.name) for f in fields(event) if f.name not in ("t", "request")}
+    log.emit(type(event), event.request, **values)
+
+
+# -- one state, however the events arrive ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("View", [SpeculationView, RadixTreeView])
+def test_a_live_view_holds_after_every_event_the_state_a_replay_of_those_events_has(engine, pair, View):
+    events = engine.events.events
+    live_log = EventLog()
+    view = View.live(live_log, decode=pair, interval=3600)  # no timer fires: we flush by hand after each event
+    for n, event in enumerate(events, start=1):
+        re_emit(live_log, event)
+        view.flush()
+        replayed = View(EventLog(events[:n]), decode=pair)
+        assert view.snapshot() == replayed.snapshot(), f"after {n} events"
+        assert view.frames == replayed.frames and view.frames_json == replayed.frames_json
+    view.detach()
+    assert not view.following and view.frames == View(engine.events, decode=pair).frames
+
+
+@pytest.mark.parametrize("View", [SpeculationView, RadixTreeView])
+def test_frames_applied_in_order_give_every_snapshot_along_the_way(engine, pair, View):
+    events = engine.events.events
+    view = View(engine.events, decode=pair)
+    for n in range(1, len(view.frames) + 1):
+        upto = view.frames[n - 1]["event"] + 1
+        assert replay(view.frames, n) == View(EventLog(events[:upto]), decode=pair).snapshot()
+
+
+def test_the_speculation_view_text_is_the_generated_text(pair):
+    engine = Engine(pair, record_top=4, cache_tokens=0)
+    out = engine.generate(PROMPTS[0], 30, temperature=1.0, k=4, seed=3)
+    view = SpeculationView(engine.events, decode=pair)
+    items = sorted(view.snapshot().items.values(), key=lambda item: item["order"])
+    kinds = [item["kind"] for item in items]
+    assert kinds[0] == "prompt" and items[0]["text"] == PROMPTS[0]
+    assert {"accepted", "rejected", "resampled", "bonus"} <= set(kinds) and "drafted" not in kinds
+    kept = [item for item in items if item["kind"] in ("accepted", "resampled", "bonus", "plain")]
+    assert [item["token"] for item in kept] == out.tokens
+    assert "".join(item["text"] for item in kept) == "".join(pair.decode([t]) for t in out.tokens)
+    rejected = next(item for item in items if item["kind"] == "rejected")
+    assert rejected["u"] >= min(1, rejected["p"] / rejected["q"]) and len(rejected["top_p"][0]) == 3
+    meta = view.snapshot().meta
+    assert meta["emitted"] == len(out.tokens) and meta["passes"] == out.stats.target_passes
+    assert meta["accepted"] == out.stats.accepted and meta["drafted"] == out.stats.drafted
+    assert 0 < meta["alpha"] < 1 and meta["predicted"] > 0 and meta["measured"] > 0
+
+
+def test_a_step_plays_as_drafts_then_verdicts(pair):
+    engine = Engine(pair, record_top=0, cache_tokens=0)
+    engine.generate(PROMPTS[1], 8, temperature=1.0, k=3, seed=1)
+    frames = SpeculationView(engine.events).frames
+    draft = next(i for i, f in enumerate(frames) if "guesses" in f["caption"])
+    assert [item["kind"] for item in frames[draft]["put"]] == ["drafted"] * 3
+    assert "ONE target pass" in frames[draft + 1]["caption"]
+    assert frames[draft + 2]["put"][0]["kind"] in ("accepted", "rejected")
+    assert frames[draft + 2]["put"][0]["text"] is None  # no decode given: the browser shows ids
+
+
+def test_plain_decoding_shows_plain_tokens(pair):
+    engine = Engine(pair, cache_tokens=0)
+    out = engine.generate(PROMPTS[0], 6, speculate=None)
+    kinds = [item["kind"] for item in SpeculationView(engine.events).snapshot().items.values()]
+    assert kinds == ["prompt"] + ["plain"] * len(out.tokens)
+
+
+def test_the_tree_view_rebuilds_the_engines_radix_tree(engine, pair):
+    view = RadixTreeView(engine.events, decode=pair, budget=40)
+    tree, seen = engine.tree, {}
+    stack = [tree.root]
+    while stack:
+        node = stack.pop()
+        seen[node.id] = (node.parent.id if node.parent else None, len(node.key), node.locks, list(node.key))
+        stack.extend(node.children.values())
+    assert seen.keys() == view.nodes.keys()
+    for i, (parent, tokens, locks, key) in seen.items():
+        mine = view.nodes[i]
+        assert (mine.parent, mine.tokens, mine.locks) == (parent, tokens, locks)
+        assert mine.ids is None or mine.ids == key  # text is recovered only where the log proves it
+    assert sum(1 for n in view.nodes.values() if n.ids) >= len(view.nodes) // 2
+    meta = view.snapshot().meta
+    assert (meta["total"], meta["in_use"], meta["budget"]) == (tree.total_size, tree.protected_size, 40)
+    assert meta["free"] == 40 - tree.total_size
+    kinds = {f["caption"].split(":")[0] for f in view.frames}
+    assert {"lookup", "insert", "split", "evict"} <= kinds
+
+
+# -- live, throttled ---------------------------------------------------------------------------------------------
+
+def test_throttle_coalesces_a_burst_into_a_few_batches_and_loses_nothing():
+    batches = []
+    throttle = Throttle(batches.append, interval=0.05)
+    start = time.monotonic()
+    for i in range(1000):
+        throttle.add(i)
+    throttle.close()  # hands over the rest
+    elapsed = time.monotonic() - start
+    assert [i for batch in batches for i in batch] == list(range(1000))
+    assert len(batches) == throttle.flushes <= 2 + elapsed / 0.05
+
+
+def test_a_live_view_sends_at_most_about_twenty_updates_a_second():
+    log = EventLog()
+    view = RadixTreeView.live(log)
+    cache = RadixCache(events=log)
+    sent = view.publishes
+    start = time.monotonic()
+    for i in range(250):  # 4 events each: 1000 events as fast as Python can emit them
+        match = cache.match_prefix([i % 7, i % 5, i])
+        cache.lock(match.node)
+        cache.insert([i % 7, i % 5, i], [0, 0, 0])
+        cache.unlock(match.node)
+    view.detach()  # waits for the last batch
+    elapsed = time.monotonic() - start
+    assert len(log) >= 1000
+    assert view.publishes - sent <= 2 + elapsed / 0.05 and view.publishes - sent < len(log) / 10
+    assert view.snapshot() == RadixTreeView(log).snapshot()
+
+
+def test_attach_and_detach():
+    log = EventLog()
+    view = SpeculationView(log)
+    assert view.empty.startswith("No speculation")
+    view.attach(log)
+    assert view.following and view.empty == "Waiting for events..."
+    with pytest.raises(ValueError, match="already follows a log"):
+        view.attach(log)
+    log.emit(RequestStart, 0, prompt_tokens=2, prompt=[1, 2])
+    view.detach()
+    assert not view.following and len(view.frames) == 1
+    log.emit(RequestStart, 1, prompt_tokens=1, prompt=[3])
+    time.sleep(0.1)
+    assert len(view.frames) == 1  # detached: later events are not shown
+
+
+# -- bad input ---------------------------------------------------------------------------------------------------
+
+def test_an_empty_trace_makes_an_empty_view_that_says_so(tmp_path):
+    empty = EventLog.load(EventLog().save(tmp_path / "empty.jsonl"))
+    for view in (SpeculationView(empty), RadixTreeView(empty)):
+        assert view.frames == [] and "No " in view.empty
+        assert view.snapshot().items == {}
+    assert "an empty tree" in RadixTreeView(empty).to_svg()
+
+
+def test_a_trace_from_a_newer_format_is_refused(tmp_path):
+    path = tmp_path / "new.jsonl"
+    path.write_text('{"format": "teachspec-trace", "version": 99}\n')
+    with pytest.raises(ValueError, match="version 99 trace.*upgrade teachspec"):
+        SpeculationView(EventLog.load(path))
+
+
+def cache_log() -> EventLog:
+    log = EventLog()
+    cache = RadixCache(events=log)
+    cache.insert([1, 2, 3], [0, 0, 0])
+    cache.insert([1, 2, 9], [0, 0, 0])
+    cache.evict(1)
+    return log  # Insert(node 1), Split(1 -> new 2), Insert(node 3), Evict(node 1 or 3)
+
+
+@pytest.mark.parametrize("event, words", [
+    (Evict(0.0, -1, node=7, parent=0, tokens=1), r"event 0 Evict\(node=7, parent=0, tokens=1\) names node 7.*"
+                                                   r"no event inserted it"),
+    (Match(0.0, -1, node=5, length=3, path=[0, 5]), r"event 0 Match.*names node 5"),
+    (Lock(0.0, -1, node=2, locks=1, protected=2), r"event 0 Lock.*names node 2"),
+    (Insert(0.0, -1, node=4, parent=9, tokens=2, cached=0), r"event 0 Insert.*names node 9"),
+])
+def test_events_for_nodes_the_view_never_saw_name_the_event(event, words):
+    with pytest.raises(ValueError, match=words):
+        RadixTreeView(EventLog([event]))
+
+
+def test_a_node_used_after_its_eviction_names_the_eviction():
+    log = cache_log()
+    evicted = log.of(Evict)[0]
+    log.events.append(Lock(1.0, -1, node=evicted.node, locks=1, protected=1))
+    with pytest.raises(ValueError, match=rf"names node {evicted.node}.*evicted by event {len(log) - 2}"):
+        RadixTreeView(log)
+
+
+def test_inconsistent_events_are_refused():
+    log = cache_log()
+    log.events.append(Insert(1.0, -1, node=2, parent=0, tokens=1, cached=0))
+    with pytest.raises(ValueError, match="node 2 already existed"):
+        RadixTreeView(log)
+    bad_lock = EventLog([Insert(0.0, -1, node=1, parent=0, tokens=2, cached=0),
+                         Lock(0.0, -1, node=1, locks=3, protected=2)])
+    with pytest.raises(ValueError, match="says node 1 has 3 locks, but the view counted 1"):
+        RadixTreeView(bad_lock)
+
+
+def test_a_live_view_shows_a_bad_event_instead_of_breaking_the_engine():
+    log = EventLog()
+    view = RadixTreeView.live(log, interval=0.01)
+    log.emit(Evict, node=3, parent=0, tokens=1)  # the emitting side never sees the error
+    time.sleep(0.2)
+    assert "names node 3" in view.error and not view.following
+    with pytest.raises(ValueError, match="names node 3"):
+        view.flush()
+
+
+def test_arguments_are_checked_with_errors_that_say_what_is_allowed():
+    with pytest.raises(TypeError, match="log must be an EventLog"):
+        SpeculationView([Draft(0.0, 0, step=0, position=0, tokens=[1], q=[1.0], drafter="x", ms=1.0)])
+    with pytest.raises(ValueError, match="budget must be a number of tokens >= 0"):
+        RadixTreeView(budget=-1)
+    with pytest.raises(ValueError, match="max_nodes must be an int >= 2"):
+        RadixTreeView(max_nodes=1)
+    with pytest.raises(ValueError, match="interval must be a number of seconds > 0"):
+        SpeculationView(interval=0)
+    with pytest.raises(TypeError, match="decode must be a function"):
+        SpeculationView(decode=42)
+    with pytest.raises(ValueError, match=r"frame must be None \(the newest\) or an int in \[0, 0\)"):
+        RadixTreeView().to_svg(frame=3)
+
+
+def test_a_trace_without_draft_events_still_shows_its_verdicts():
+    log = EventLog([Accept(0.0, 0, step=0, position=3, i=0, token=5, p=0.5, q=0.5, u=0.1)])
+    (item,) = SpeculationView(log).snapshot().items.values()
+    assert item["kind"] == "accepted" and item["token"] == 5

@@ -1,0 +1,142 @@
+"""The tree view's layout: it stays put as the tree grows, folds big trees, and draws with or without Graphviz."""
+
+from __future__ import annotations
+
+import random
+import shutil
+
+import pytest
+
+from teachspec.events import EventLog, Evict, Insert, Split
+from teachspec.radix import RadixCache
+from teachspec.widgets import RadixTreeView
+from teachspec.widgets.frames import replay
+
+
+def grown(n_requests: int, seed: int = 0, evict_every: int = 0, vocab: int = 4, length: int = 8) -> EventLog:
+    """A radix cache fed random sequences over a small vocabulary, so they share prefixes and split nodes."""
+    rng = random.Random(seed)
+    log = EventLog()
+    cache = RadixCache(events=log)
+    for r in range(n_requests):
+        tokens = [rng.randrange(vocab) for _ in range(rng.randrange(1, length))]
+        match = cache.match_prefix(tokens)
+        cache.lock(match.node)
+        cache.insert(tokens, tokens)
+        cache.unlock(match.node)
+        if evict_every and r % evict_every == evict_every - 1:
+            cache.evict(3)
+    return log
+
+
+def nodes_of(snapshot) -> dict[str, tuple[float, int]]:
+    return {k: (it["x"], it["y"]) for k, it in snapshot.items.items() if not it.get("stub")}
+
+
+def test_nodes_never_jump_about_an_insert_moves_only_what_lies_right_of_the_new_leaf():
+    log = grown(60, evict_every=7)
+    view = RadixTreeView(log, max_nodes=10_000)
+    checked = {Insert: 0, Split: 0, Evict: 0}
+    for n in range(1, len(view.frames)):
+        before, after = nodes_of(replay(view.frames, n)), nodes_of(replay(view.frames, n + 1))
+        event = log.events[view.frames[n]["event"]]
+        if isinstance(log.events[view.frames[n - 1]["event"]], Evict):
+            continue  # the node that faded in the previous frame leaves in this one, and its right side closes up
+        both = before.keys() & after.keys()
+        leaves = [k for k in both if not any(it["parent"] == k for it in replay(view.frames, n).items.values())]
+        assert sorted(leaves, key=lambda k: before[k][0]) == sorted(leaves, key=lambda k: after[k][0]), \
+            f"frame {n}: the leaves changed order"
+        if isinstance(event, Insert) and event.node != -1:
+            new_x = after[f"n{event.node}"][0]
+            ancestors, node = set(), view.nodes  # the new leaf's ancestors re-centre over their children
+            parent = event.parent
+            while parent is not None:
+                ancestors.add(f"n{parent}")
+                parent = node[parent].parent if parent in node else None
+            for k in both:
+                dx = after[k][0] - before[k][0]
+                assert after[k][1] == before[k][1], f"frame {n}: {k} changed rows on an insert"
+                assert 0 <= dx <= 1, f"frame {n}: {k} jumped by {dx}"
+                if before[k][0] < new_x and k not in ancestors:
+                    assert dx == 0, f"frame {n}: {k}, left of the new leaf, moved"
+            checked[Insert] += 1
+        elif isinstance(event, Split):
+            assert all(after[k][0] == before[k][0] for k in both), f"frame {n}: a split moved a node sideways"
+            checked[Split] += 1
+        elif isinstance(event, Evict):
+            gone = f"n{event.node}"
+            assert replay(view.frames, n + 1).items[gone]["mark"] == "evicted"  # drawn once more, fading
+            checked[Evict] += 1
+    assert min(checked.values()) > 3, checked
+
+
+def test_a_new_child_lands_right_of_its_older_siblings():
+    log = EventLog()
+    cache = RadixCache(events=log)
+    for first in (5, 1, 9, 3):  # token order is 1 3 5 9; creation order is what counts
+        cache.insert([first, 0], [0, 0])
+    items = RadixTreeView(log).snapshot().items
+    assert [items[f"n{i}"]["x"] for i in (1, 2, 3, 4)] == [0, 1, 2, 3]
+    assert items["n0"]["x"] == 1.5 and items["n0"]["y"] == 0
+
+
+def test_a_big_tree_folds_into_stubs_and_keeps_the_recent_nodes():
+    log = grown(400, vocab=6, length=12)
+    view = RadixTreeView(log, max_nodes=60)
+    total_nodes = len(view.nodes) - 1
+    assert total_nodes > 300
+    for frame in range(0, len(view.frames), 97):
+        assert len(replay(view.frames, frame + 1).items) <= 60
+    items = view.snapshot().items
+    assert len(items) <= 60
+    stubs = [it for it in items.values() if it.get("stub")]
+    drawn = [it for it in items.values() if not it.get("stub") and it["parent"] is not None]
+    assert stubs and len(drawn) + sum(s["folded"] for s in stubs) == total_nodes
+    assert sum(it["tokens"] for it in drawn) + sum(s["tokens"] for s in stubs) == view.total
+    newest = max(view.nodes.values(), key=lambda n: n.touched)
+    assert f"n{newest.id}" in items
+    for stub in stubs:  # a stub is its parent's last child
+        siblings = [it for it in items.values() if it["parent"] == stub["parent"]]
+        assert stub["x"] == max(it["x"] for it in siblings)
+
+
+def test_nodes_deeper_than_max_depth_fold():
+    log = EventLog()
+    cache = RadixCache(events=log)
+    for n in range(1, 30):  # a chain: each insert adds one token under the last
+        cache.insert(list(range(n)), list(range(n)))
+    view = RadixTreeView(log, max_depth=5)
+    items = view.snapshot().items
+    assert max(it["y"] for it in items.values()) == 6  # rows 1..5 hold nodes, row 6 the stub
+    (stub,) = [it for it in items.values() if it.get("stub")]
+    assert stub["folded"] == 24 and stub["y"] == 6
+
+
+# -- static pictures ---------------------------------------------------------------------------------------------
+
+@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's dot program is not installed")
+def test_to_svg_draws_with_graphviz_when_dot_is_installed():
+    svg = RadixTreeView(grown(12)).to_svg()
+    assert svg.lstrip().startswith("<?xml") and "Generated by graphviz" in svg and "root" in svg
+
+
+def test_to_svg_falls_back_to_the_views_own_layout_without_dot(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))  # an empty folder: no dot to be found
+    assert shutil.which("dot") is None
+    view = RadixTreeView(grown(12))
+    svg = view.to_svg()
+    assert svg.startswith("<svg") and "graphviz" not in svg
+    assert svg.count("<rect") == len(view.snapshot().items) and "root" in svg
+    first = view.to_svg(frame=0)
+    assert first.count("<rect") < svg.count("<rect")
+
+
+def test_the_fallback_escapes_text_and_shows_whitespace():
+    log = EventLog()
+    log.emit(Insert, node=1, parent=0, tokens=2, cached=0)
+    view = RadixTreeView(log)
+    item = dict(view.snapshot().items["n1"], text="<a> &\n")
+    from teachspec.widgets import svg
+    from teachspec.widgets.frames import Snapshot
+    drawn = svg.plain_svg(Snapshot({"n0": view.snapshot().items["n0"], "n1": item}))
+    assert "&lt;a&gt;␣&amp;↵" in drawn

@@ -1,0 +1,264 @@
+// Pure helpers shared by the views: frames, formatting, colouring, geometry. No DOM here, so `node --test`
+// checks all of it (tests/js). The Python side decides what the views show; these decide how it reads.
+
+// ---- frames: the format of teachspec/widgets/frames.py -------------------------------------------------------
+
+export function emptyState() {
+  return { items: new Map(), meta: {}, caption: "", event: -1 };
+}
+
+export function cloneState(state) {
+  return { items: new Map(state.items), meta: state.meta, caption: state.caption, event: state.event };
+}
+
+// The frames as the widget receives them: the bytes of one UTF-8 JSON array (a DataView from the kernel or a
+// saved notebook), or already parsed.
+export function decodeFrames(value) {
+  if (value === null || value === undefined) return [];
+  if (Array.isArray(value)) return value;
+  if (typeof value === "string") return JSON.parse(value);
+  const bytes = ArrayBuffer.isView(value) ? new Uint8Array(value.buffer, value.byteOffset, value.byteLength)
+    : new Uint8Array(value);
+  return JSON.parse(new TextDecoder("utf-8").decode(bytes));
+}
+
+// The key of the item a frame changed last (what the detail panel shows when nothing is selected).
+export function focusOf(frame) {
+  if (!frame) return null;
+  for (let i = frame.put.length - 1; i >= 0; i--) if (frame.put[i].kind !== "prompt") return frame.put[i].key;
+  return null;
+}
+
+// Apply one frame to `state`, in place, and return it: drop, then put, then meta if the frame carries it.
+export function applyFrame(state, frame) {
+  for (const key of frame.drop) state.items.delete(key);
+  for (const item of frame.put) state.items.set(item.key, item);
+  if (frame.meta !== undefined) state.meta = frame.meta;
+  state.caption = frame.caption;
+  state.event = frame.event;
+  return state;
+}
+
+// The state after frames 0 .. n, for any n, quickly in either direction: it remembers a copy of the state every
+// `every` frames, so stepping back replays at most `every` frames instead of all of them.
+export class Timeline {
+  constructor(frames = [], every = 32) {
+    this.every = every;
+    this.setFrames(frames);
+  }
+
+  // Live views only ever append frames. Every frame names its event, and event indices only grow, so the old
+  // last frame reappearing at its place means the old frames are a prefix of the new ones.
+  setFrames(frames) {
+    const old = this.frames;
+    const appended = old && frames.length >= old.length &&
+      (old.length === 0 || frames[old.length - 1].event === old[old.length - 1].event);
+    if (!appended) {
+      this.keyframes = new Map(); // n -> copy of the state after frame n
+      this.n = -1;
+      this.state = emptyState();
+    }
+    this.frames = frames;
+  }
+
+  get length() {
+    return this.frames.length;
+  }
+
+  // The state after frame n (n = -1: before any). Valid until the next call: it is updated in place.
+  stateAt(n) {
+    n = clamp(n, -1, this.frames.length - 1);
+    if (n < this.n) {
+      let start = -1;
+      for (const k of this.keyframes.keys()) if (k <= n && k > start) start = k;
+      this.state = start === -1 ? emptyState() : cloneState(this.keyframes.get(start));
+      this.n = start;
+    }
+    while (this.n < n) {
+      this.n += 1;
+      applyFrame(this.state, this.frames[this.n]);
+      if ((this.n + 1) % this.every === 0) this.keyframes.set(this.n, cloneState(this.state));
+    }
+    return this.state;
+  }
+}
+
+// ---- numbers and text ----------------------------------------------------------------------------------------
+
+export function clamp(n, lo, hi) {
+  return Math.max(lo, Math.min(hi, n));
+}
+
+export function fmt(x, digits = 2) {
+  return x === null || x === undefined || Number.isNaN(x) ? "–" : Number(x).toFixed(digits);
+}
+
+// Three significant digits, for probabilities that may be tiny: 0.5, 0.0342, 0.000123.
+export function sig(x) {
+  return x === null || x === undefined || Number.isNaN(x) ? "–" : String(Number(Number(x).toPrecision(3)));
+}
+
+export function pct(x) {
+  return x === null || x === undefined || Number.isNaN(x) ? "–" : `${Math.round(100 * x)}%`;
+}
+
+// A token on its own (a label, a bar): whitespace made visible, an id when there is no text.
+export function tokenLabel(text, id) {
+  if (text === null || text === undefined) return `#${id}`;
+  if (text === "") return "∅";
+  return text.replace(/\n/g, "↵").replace(/\t/g, "⇥").replace(/ /g, "␣");
+}
+
+// A token inside running text: as it reads, except that a bare id gets a space to stand apart.
+export function flowText(text, id) {
+  return text === null || text === undefined ? `#${id} ` : text;
+}
+
+export function shorten(text, n) {
+  return text.length <= n ? text : `${text.slice(0, n - 1)}…`;
+}
+
+// ---- the speculation view ------------------------------------------------------------------------------------
+
+export const LEGEND = [
+  ["drafted", "drafted", "guessed by the draft, not judged yet"],
+  ["accepted", "accepted", "kept: u < min(1, p/q)"],
+  ["rejected", "rejected", "refused: u ≥ p/q; the rest of the draft is dropped"],
+  ["resampled", "resampled", "drawn from the residual norm(max(0, p − q)) instead"],
+  ["bonus", "bonus", "all guesses kept: one more token from the same target pass"],
+  ["plain", "plain", "plain decoding: one target pass, one token"],
+];
+
+export function tokenClass(kind) {
+  return kind === "prompt" ? "prompt" : `tok ${kind}`;
+}
+
+// Why the token is there, in words and numbers.
+export function decision(item) {
+  const ratio = item.q > 0 ? item.p / item.q : Infinity;
+  const rule = `min(1, p/q) = min(1, ${sig(item.p)}/${sig(item.q)}) = ${sig(Math.min(1, ratio))}`;
+  switch (item.kind) {
+    case "drafted": return `guessed by the draft with q = ${sig(item.q)}; waiting for the target`;
+    case "accepted": return `u = ${sig(item.u)} < ${rule}: accepted`;
+    case "rejected": return `u = ${sig(item.u)} ≥ ${rule}: rejected, and replaced by a draw from the residual`;
+    case "resampled": return `drawn from the residual norm(max(0, p − q)) where guess ${item.i} was rejected`;
+    case "bonus":
+      return `every guess was accepted, so p at the next position came free: drawn from it (p = ${sig(item.p)})`;
+    case "plain": return `drawn from p (p = ${sig(item.p)}): one target pass for one token`;
+    default: return "";
+  }
+}
+
+// Rows for the bars under a selected token: the top alternatives of p and q side by side (or of the residual
+// for a resampled token), the token itself always among them. A probability outside the recorded top is null.
+export function alternatives(item) {
+  if (item.top_residual) {
+    return item.top_residual.map(([token, r, text]) => ({ token, text, r, chosen: token === item.token }));
+  }
+  const rows = new Map();
+  const row = (token, text) => {
+    if (!rows.has(token)) rows.set(token, { token, text, p: null, q: null, chosen: token === item.token });
+    return rows.get(token);
+  };
+  for (const [token, p, text] of item.top_p || []) row(token, text).p = p;
+  for (const [token, q, text] of item.top_q || []) row(token, text).q = q;
+  if (item.token !== undefined) {
+    const own = row(item.token, item.text);
+    if (item.p !== undefined) own.p = item.p;
+    if (item.q !== undefined && item.kind !== "bonus" && item.kind !== "plain") own.q = item.q;
+  }
+  return [...rows.values()].sort((a, b) => (b.p ?? -1) - (a.p ?? -1) || (b.q ?? -1) - (a.q ?? -1));
+}
+
+// The largest probability among the rows: bars are drawn relative to it, so that small probabilities (a random
+// or an uncertain model) still show, while the numbers beside the bars stay absolute.
+export function barScale(rows) {
+  let top = 0;
+  for (const row of rows) for (const v of [row.p, row.q, row.r]) if (v != null && v > top) top = v;
+  return top > 0 ? top : 1;
+}
+
+// The stats strip: [label, value, what it means].
+export function statsStrip(meta) {
+  return [
+    ["α", fmt(meta.alpha), `accepted / judged guesses (${meta.accepted ?? 0} / ${meta.judged ?? 0})`],
+    ["tokens / pass", fmt(meta.tokens_per_pass), `${meta.emitted ?? 0} tokens from ${meta.passes ?? 0} target passes`],
+    ["k", fmt(meta.k, 1), "mean draft length"],
+    ["c", fmt(meta.c, 3), "draft time per token / target time per pass"],
+    ["speedup predicted", meta.predicted == null ? "–" : `${fmt(meta.predicted)}×`,
+      "theory.speedup(α, k, c): (1 − α^(k+1)) / ((1 − α)(k c + 1))"],
+    ["measured", meta.measured == null ? "–" : `${fmt(meta.measured)}×`,
+      "tokens × mean target pass time / time spent drafting and verifying"],
+  ];
+}
+
+// ---- the radix tree view -------------------------------------------------------------------------------------
+
+export const TREE = { column: 120, row: 72, width: 108, height: 42, pad: 12 };
+
+export function nodeSpot(item) {
+  return { x: TREE.pad + item.x * TREE.column, y: TREE.pad + item.y * TREE.row };
+}
+
+export function treeSize(items) {
+  let x = 0, y = 0;
+  for (const item of items) {
+    x = Math.max(x, item.x);
+    y = Math.max(y, item.y);
+  }
+  return { width: 2 * TREE.pad + x * TREE.column + TREE.width, height: 2 * TREE.pad + y * TREE.row + TREE.height };
+}
+
+// From the bottom middle of the parent's box to the top middle of the child's.
+export function edgePath(parent, child) {
+  const a = nodeSpot(parent), b = nodeSpot(child);
+  const x1 = a.x + TREE.width / 2, y1 = a.y + TREE.height, x2 = b.x + TREE.width / 2, y2 = b.y;
+  const ym = (y1 + y2) / 2;
+  return `M ${x1} ${y1} C ${x1} ${ym}, ${x2} ${ym}, ${x2} ${y2}`;
+}
+
+// A node's two lines, the same as teachspec/widgets/svg.py's `label`.
+export function nodeLines(item, width = 16) {
+  if (item.stub) return [`+${item.folded} nodes`, `${item.tokens} tok folded`];
+  if (item.parent === null) return ["root", ""];
+  const head = item.text != null ? tokenLabel(item.text, item.id) : item.ids ? item.ids.join(" ") : "";
+  const locks = item.locks ? ` · ${item.locks} lock${item.locks === 1 ? "" : "s"}` : "";
+  if (!head) return [`#${item.id}`, `${item.tokens} tok${locks}`]; // nothing but the id: it heads the box alone
+  return [shorten(head, width), `#${item.id} · ${item.tokens} tok${locks}`];
+}
+
+export function nodeClass(item) {
+  const parts = ["ts-node"];
+  if (item.stub) parts.push("stub");
+  if (item.parent === null && !item.stub) parts.push("root");
+  if (item.mark) parts.push(item.mark);
+  if (item.matched) parts.push("matched");
+  if (item.locks) parts.push("locked");
+  return parts.join(" ");
+}
+
+// The memory bar: in use (locked), cached (evictable), free, as shares of the budget (of the cache without one).
+export function memorySegments(meta) {
+  const inUse = meta.in_use ?? 0, cached = meta.cached ?? 0;
+  const whole = meta.budget != null ? Math.max(meta.budget, inUse + cached) : inUse + cached;
+  const share = (n) => (whole > 0 ? n / whole : 0);
+  const segments = [
+    { name: "in use", cls: "in-use", tokens: inUse, share: share(inUse) },
+    { name: "cached", cls: "cached", tokens: cached, share: share(cached) },
+  ];
+  if (meta.budget != null) {
+    const free = Math.max(0, meta.budget - inUse - cached);
+    segments.push({ name: "free", cls: "free", tokens: free, share: share(free) });
+  }
+  return segments;
+}
+
+// ---- playing -------------------------------------------------------------------------------------------------
+
+export const SPEEDS = [0.25, 0.5, 1, 2, 4, 8];
+
+// Milliseconds between frames at `speed`; a live view that has fallen `behind` catches up within ~0.4 s.
+export function stepDelay(speed, behind = 0) {
+  const base = 500 / speed;
+  return behind > 1 ? Math.max(16, Math.min(base, 400 / behind)) : base;
+}

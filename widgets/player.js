@@ -1,0 +1,114 @@
+// The step-through controls every view shares: play / pause, one step back or forward, a slider, a speed.
+// They run in the browser alone, so a replay works with no kernel (an HTML export, Voila, a closed kernel).
+import { SPEEDS, clamp, stepDelay } from "./helpers.js";
+
+function button(label, cls, title) {
+  const b = document.createElement("button");
+  b.type = "button";
+  b.className = `ts-btn ${cls}`;
+  b.textContent = label;
+  b.title = title;
+  return b;
+}
+
+// `onShow(n)` draws frame n; `onSettle(n)` hears where the user left the player (to save it with the widget).
+// `frame` is where to open: -1 means the newest frame, and then the player *follows*: frames that arrive later
+// (a live view) are played through as they come, until the user steps, drags or presses play.
+export function createPlayer(container, { onShow, onSettle = () => {}, frame = -1 }) {
+  const bar = document.createElement("div");
+  bar.className = "ts-player";
+  const back = button("◀", "ts-back", "one frame back (←)");
+  const play = button("▶", "ts-play", "play / pause (space)");
+  const forward = button("▶|", "ts-forward", "one frame forward (→)");
+  const slider = document.createElement("input");
+  slider.type = "range";
+  slider.className = "ts-slider";
+  slider.min = "0";
+  const counter = document.createElement("span");
+  counter.className = "ts-counter";
+  const speed = document.createElement("select");
+  speed.className = "ts-speed";
+  speed.title = "playback speed";
+  for (const s of SPEEDS) speed.add(new Option(`${s}×`, String(s), s === 1, s === 1));
+  bar.append(back, play, forward, slider, counter, speed);
+  container.append(bar);
+
+  let count = 0, shown = -1, playing = false, timer = null, follow = frame === -1;
+
+  function show(n) {
+    shown = clamp(n, count ? 0 : -1, count - 1);
+    slider.value = String(Math.max(shown, 0));
+    counter.textContent = `${shown + 1} / ${count}`;
+    onShow(shown);
+  }
+
+  function setPlaying(on) {
+    playing = on;
+    clearTimeout(timer);
+    play.textContent = on ? "❚❚" : "▶";
+    bar.classList.toggle("playing", on);
+  }
+
+  function tick() {
+    if (shown >= count - 1) {
+      setPlaying(false);
+      if (!follow) onSettle(shown);
+      return;
+    }
+    show(shown + 1);
+    timer = setTimeout(tick, stepDelay(Number(speed.value), follow ? count - 1 - shown : 0));
+  }
+
+  function toggle() {
+    if (playing) {
+      setPlaying(false);
+      follow = false;
+      onSettle(shown);
+      return;
+    }
+    if (!count) return;
+    follow = false;
+    if (shown >= count - 1) show(0); // from the top, as a video player does at its end
+    setPlaying(true);
+    timer = setTimeout(tick, stepDelay(Number(speed.value)));
+  }
+
+  function step(to) {
+    follow = false;
+    setPlaying(false);
+    show(to);
+    follow = shown === count - 1; // back at the newest frame: follow again
+    onSettle(shown);
+  }
+
+  play.addEventListener("click", toggle);
+  back.addEventListener("click", () => step(shown - 1));
+  forward.addEventListener("click", () => step(shown + 1));
+  slider.addEventListener("input", () => step(Number(slider.value)));
+  container.tabIndex = 0; // arrow keys and space work once the view has focus
+  container.addEventListener("keydown", (e) => {
+    if (e.target.tagName === "INPUT" || e.target.tagName === "SELECT") return;
+    if (e.key === "ArrowLeft") step(shown - 1);
+    else if (e.key === "ArrowRight") step(shown + 1);
+    else if (e.key === " ") toggle();
+    else return;
+    e.preventDefault();
+  });
+
+  return {
+    // `n` frames now. At first (`arriving` false) open on the newest or the saved frame; later, a follower
+    // plays through the new frames, anyone else just sees the slider grow.
+    setCount(n, arriving) {
+      count = n;
+      slider.max = String(Math.max(n - 1, 0));
+      if (!arriving) show(follow ? n - 1 : frame);
+      else if (follow && !playing && shown < n - 1) {
+        setPlaying(true);
+        tick();
+      } else show(shown);
+    },
+    destroy() {
+      setPlaying(false);
+    },
+  };
+}
