@@ -28,7 +28,7 @@ from teachspec.models.pair import Pair, load_pair
 from teachspec.radix.prefix import PrefixCache
 from teachspec.sampling import SamplingParams, warp
 from teachspec.speculative.drafters import AdversarialDrafter, ModelDrafter, NgramDrafter, OracleDrafter, Proposal
-from teachspec.speculative.policies import make_policy
+from teachspec.speculative.policies import Adaptive, make_policy
 from teachspec.speculative.verify import Verdict, verify
 from teachspec.stats import Stats
 
@@ -60,6 +60,7 @@ class Engine:
         cache_tokens = check_int("cache_tokens", cache_tokens, 0)
         self.prefix = PrefixCache(self.pair, cache_tokens, self.events, cache_policy) if cache_tokens else None
         self.requests = 0
+        self.adaptive: dict[tuple, Adaptive] = {}  # one per drafter and sampling setting
 
     @property
     def tree(self):
@@ -78,7 +79,11 @@ class Engine:
         params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p)
         max_new_tokens = check_int("max_new_tokens", max_new_tokens, 0)
         drafter = self._drafter(speculate, ngram)
-        policy = make_policy(k if drafter is not None else 0)
+        if k == "adaptive" and drafter is not None:
+            # what the adaptive policy has learnt about alpha and the costs carries over between requests
+            policy = self.adaptive.setdefault((speculate, params), Adaptive())
+        else:
+            policy = make_policy(k if drafter is not None else 0)
         ids = check_prompt(prompt, self.pair.encode)
         bad = [t for t in ids if t >= self.pair.vocab_size]
         if bad:

@@ -1,0 +1,13 @@
+"""Course tooling: the model-picking cell's logic, the assignments' checks, the student-notebook generator and
+the script that re-records the lecture traces.
+
+    from teachspec.course import pick_pair
+    pair = pick_pair("tiny")                 # the first cell of every notebook
+
+    python -m teachspec.course.student notebooks/assignments/a1_acceptance_rule.ipynb    # -> student version
+    python -m teachspec.course.traces                                                     # -> notebooks/traces/
+"""
+
+from teachspec.course.pairs import HUB_PAIRS, pick_pair
+
+__all__ = ["HUB_PAIRS", "pick_pair"]

@@ -1,0 +1,91 @@
+"""Make the student version of an assignment notebook, the way nbgrader's generate_assignment does.
+
+A solution notebook is written once. In its code cells
+
+    ### BEGIN SOLUTION / ### END SOLUTION          the lines between are replaced by
+                                                   `# YOUR CODE HERE` and `raise NotImplementedError()`
+    ### BEGIN HIDDEN TESTS / ### END HIDDEN TESTS  the lines between (and the markers) are removed
+
+and in markdown cells a `### BEGIN SOLUTION` region becomes "YOUR ANSWER HERE". Outputs and execution counts are
+cleared. The markers are nbgrader's own, so the same notebook also works with `nbgrader generate_assignment`.
+
+    python -m teachspec.course.student notebooks/assignments/a1_acceptance_rule.ipynb [-o OUT.ipynb]
+
+writes OUT (default: notebooks/assignments/student/<name>.ipynb).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+import nbformat
+
+BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
+BEGIN_HIDDEN, END_HIDDEN = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
+
+
+def _strip(source: str, begin: str, end: str, replacement: list[str] | None, where: str) -> str:
+    out, inside, indent = [], False, ""
+    for n, line in enumerate(source.splitlines(), 1):
+        stripped = line.strip()
+        if stripped == begin:
+            if inside:
+                raise ValueError(f"{where}, line {n}: {begin!r} inside another {begin!r} region")
+            inside, indent = True, line[: len(line) - len(line.lstrip())]
+            out += [indent + r for r in replacement or []]
+        elif stripped == end:
+            if not inside:
+                raise ValueError(f"{where}, line {n}: {end!r} with no {begin!r} before it")
+            inside = False
+        elif not inside:
+            out.append(line)
+    if inside:
+        raise ValueError(f"{where}: {begin!r} is never closed by {end!r}")
+    return "\n".join(out)
+
+
+def student_version(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """A copy of solution notebook `nb` with solutions replaced and hidden tests removed."""
+    nb = nbformat.from_dict(nb)
+    for i, cell in enumerate(nb.cells):
+        where = f"cell {i}"
+        if cell.cell_type == "code":
+            cell.source = _strip(cell.source, BEGIN, END, ["# YOUR CODE HERE", "raise NotImplementedError()"], where)
+            cell.source = _strip(cell.source, BEGIN_HIDDEN, END_HIDDEN, None, where)
+            cell.outputs, cell.execution_count = [], None
+        elif cell.cell_type == "markdown":
+            cell.source = _strip(cell.source, BEGIN, END, ["YOUR ANSWER HERE"], where)
+        for marker in (BEGIN, END, BEGIN_HIDDEN, END_HIDDEN):
+            if marker in cell.source:
+                raise ValueError(f"{where}: {marker!r} is not on a line of its own")
+    nb.metadata.pop("widgets", None)
+    return nb
+
+
+def exercise_cells(nb: nbformat.NotebookNode) -> list[int]:
+    """Indices of the cells that hold a solution region (what the student writes)."""
+    return [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and re.search(rf"^\s*{BEGIN}\s*$", c.source,
+                                                                                        re.M)]
+
+
+def check_cells(nb: nbformat.NotebookNode) -> list[int]:
+    """Indices of the graded check cells (nbgrader metadata grade: true)."""
+    return [i for i, c in enumerate(nb.cells) if c.get("metadata", {}).get("nbgrader", {}).get("grade")]
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m teachspec.course.student", description=__doc__.splitlines()[0])
+    ap.add_argument("solution", type=Path, help="the solution notebook")
+    ap.add_argument("-o", "--out", type=Path, help="where to write the student notebook")
+    args = ap.parse_args(argv)
+    nb = nbformat.read(args.solution, as_version=4)
+    out = args.out or args.solution.parent / "student" / args.solution.name
+    out.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(student_version(nb), out)
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
