@@ -1,6 +1,6 @@
 // The step-through controls every view shares: play / pause, one step back or forward, a slider, a speed.
 // They run in the browser alone, so a replay works with no kernel (an HTML export, Voila, a closed kernel).
-import { SPEEDS, clamp, stepDelay } from "./helpers.js";
+import { SPEEDS, clamp, decodeFrames, stepDelay } from "./helpers.js";
 
 function button(label, cls, title) {
   const b = document.createElement("button");
@@ -110,5 +110,29 @@ export function createPlayer(container, { onShow, onSettle = () => {}, frame = -
     destroy() {
       setPlaying(false);
     },
+  };
+}
+
+// Keep a view's timeline, player and notices in step with its widget model; returns the view's cleanup.
+export function follow(model, timeline, player, message, error) {
+  const words = () => {
+    message.textContent = model.get("empty");
+    error.textContent = model.get("error");
+  };
+  const update = (arriving) => {
+    timeline.setFrames(decodeFrames(model.get("frames_json")));
+    words();
+    player.setCount(timeline.length, arriving);
+  };
+  const onFrames = () => update(true);
+  model.on("change:frames_json", onFrames);
+  model.on("change:empty", words);
+  model.on("change:error", words);
+  update(false);
+  return () => {
+    player.destroy();
+    model.off("change:frames_json", onFrames);
+    model.off("change:empty", words);
+    model.off("change:error", words);
   };
 }

@@ -3,7 +3,7 @@
 import {
   TREE, Timeline, decodeFrames, edgePath, memorySegments, nodeClass, nodeLines, nodeSpot, treeSize,
 } from "./helpers.js";
-import { createPlayer } from "./player.js";
+import { createPlayer, follow } from "./player.js";
 
 const SVG = "http://www.w3.org/2000/svg";
 
@@ -126,27 +126,7 @@ function render({ model, el }) {
     },
   });
 
-  function update(arriving) {
-    timeline.setFrames(decodeFrames(model.get("frames_json")));
-    message.textContent = model.get("empty");
-    error.textContent = model.get("error");
-    player.setCount(timeline.length, arriving);
-  }
-  const onFrames = () => update(true);
-  const onWords = () => {
-    message.textContent = model.get("empty");
-    error.textContent = model.get("error");
-  };
-  model.on("change:frames_json", onFrames);
-  model.on("change:empty", onWords);
-  model.on("change:error", onWords);
-  update(false);
-  return () => {
-    player.destroy();
-    model.off("change:frames_json", onFrames);
-    model.off("change:empty", onWords);
-    model.off("change:error", onWords);
-  };
+  return follow(model, timeline, player, message, error);
 }
 
 export default { render };

@@ -4,7 +4,7 @@ import {
   LEGEND, Timeline, alternatives, barScale, decision, decodeFrames, flowText, focusOf, sig, statsStrip, tokenClass,
   tokenLabel,
 } from "./helpers.js";
-import { createPlayer } from "./player.js";
+import { createPlayer, follow } from "./player.js";
 
 function div(cls, parent) {
   const d = document.createElement("div");
@@ -153,27 +153,7 @@ function render({ model, el }) {
     draw();
   });
 
-  function update(arriving) {
-    timeline.setFrames(decodeFrames(model.get("frames_json")));
-    message.textContent = model.get("empty");
-    error.textContent = model.get("error");
-    player.setCount(timeline.length, arriving);
-  }
-  const onFrames = () => update(true);
-  const onWords = () => {
-    message.textContent = model.get("empty");
-    error.textContent = model.get("error");
-  };
-  model.on("change:frames_json", onFrames);
-  model.on("change:empty", onWords);
-  model.on("change:error", onWords);
-  update(false);
-  return () => {
-    player.destroy();
-    model.off("change:frames_json", onFrames);
-    model.off("change:empty", onWords);
-    model.off("change:error", onWords);
-  };
+  return follow(model, timeline, player, message, error);
 }
 
 export default { render };
