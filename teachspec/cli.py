@@ -3,6 +3,8 @@
     teachspec demo                                   # speculative decoding live in the terminal, then the stats
     teachspec generate "Return a new dictionary"     # plain decoding on the bundled target
     teachspec bench speculative --json out.json      # speedups measured side by side
+    teachspec student notebooks/assignments/a1_acceptance_rule.ipynb   # the student version of an assignment
+    teachspec traces                                 # re-record the traces the notebooks replay
 """
 
 from __future__ import annotations
@@ -128,7 +130,16 @@ def main(argv: list[str] | None = None) -> None:
     bw.add_argument("--new-tokens", type=int, default=64)
     bw.add_argument("--repeats", type=int, default=5)
     bw.set_defaults(run=cmd_bench_widgets)
-    args = ap.parse_args(argv)
+    for name, module, text in (("student", "teachspec.course.student", "write the student version of an assignment"),
+                               ("traces", "teachspec.course.traces", "re-record the traces the notebooks replay")):
+        sub.add_parser(name, help=text, add_help=False).set_defaults(run=None, module=module)
+    args, rest = ap.parse_known_args(argv)
+    if getattr(args, "module", None):  # these commands parse their own arguments
+        import importlib
+
+        return importlib.import_module(args.module).main(rest)
+    if rest:
+        ap.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
         args.run(args)
     except (ValueError, TypeError, FileNotFoundError) as e:

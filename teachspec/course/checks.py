@@ -73,7 +73,9 @@ def _close(name: str, got: np.ndarray, want: np.ndarray, n: int) -> None:
 
 def check_acceptance_rule(speculative_step: Callable, n: int = 3000) -> None:
     """speculative_step(p, q, draft, generator) -> emitted tokens: p (k+1, V), q (k, V), draft (k,) long."""
-    one_hot = lambda i, v=4: torch.nn.functional.one_hot(torch.tensor(i), v).double()  # noqa: E731
+    def one_hot(i: int, v: int = 4) -> torch.Tensor:
+        return torch.nn.functional.one_hot(torch.tensor(i), v).double()
+
     # 1. greedy: p and q one-hot. Accept a guess iff it is the target's argmax; at a miss emit the argmax.
     p = torch.stack([one_hot(1), one_hot(2), one_hot(3)])
     cases = [
@@ -202,7 +204,9 @@ def check_choose_k(choose_k: Callable, k_max: int = 8) -> None:
         got = _call("choose_k", choose_k, alpha, c, k_max)
         want = theory.optimal_k(alpha, c, k_max)
         if got != want:
-            s = lambda k: float(theory.speedup(alpha, int(k), c))  # noqa: E731
+            def s(k, alpha=alpha, c=c) -> float:
+                return float(theory.speedup(alpha, int(k), c))
+
             extra = f" (its speedup {s(got):.3f}x)" if isinstance(got, int) and 0 <= got <= k_max else ""
             raise CheckFailed(f"alpha={alpha}, c={c}, k_max={k_max}: expected k={want} with speedup "
                               f"{s(want):.3f}x, got {got!r}{extra}. Speedup(k) = (1 - alpha^(k+1)) / "

@@ -43,7 +43,6 @@ def pick_pair(name: str = "tiny", device: str | None = None, quiet: bool = False
     choices = ["tiny", "config", *HUB_PAIRS]
     if name not in choices:
         raise ValueError(f"pair {name!r} is not one of {choices}")
-    torch.set_num_threads(min(torch.get_num_threads(), int(os.environ.get("OMP_NUM_THREADS", 4))))
     if name == "config":
         pair = standin_pair()
     elif name == "tiny":

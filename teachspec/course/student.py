@@ -67,7 +67,7 @@ def student_version(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
 def exercise_cells(nb: nbformat.NotebookNode) -> list[int]:
     """Indices of the cells that hold a solution region (what the student writes)."""
     return [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and re.search(rf"^\s*{BEGIN}\s*$", c.source,
-                                                                                        re.M)]
+                                                                                        re.MULTILINE)]
 
 
 def check_cells(nb: nbformat.NotebookNode) -> list[int]:

@@ -34,7 +34,7 @@ def speculation(pair) -> EventLog:
 def radix_shared(pair) -> EventLog:
     """Lecture 5: a shared system prompt, then few-shot questions, then a three-turn chat, in one cache."""
     engine = Engine(pair, cache_tokens=8192)
-    small = dict(speculate=None, max_new_tokens=8, seed=0)
+    small = {"speculate": None, "max_new_tokens": 8, "seed": 0}
     engine.serve(workloads.system_prompt(n_requests=4, system_tokens=120, question_tokens=20).requests, **small)
     engine.serve(workloads.few_shot(n_questions=3, shots=3, example_tokens=60, question_tokens=20).requests,
                  **small)
