@@ -229,6 +229,7 @@ class Engine:
                 stats.drafts += 1
                 stats.drafted += len(draft)
                 stats.accepted += accepted
+                stats.rejected += verdict.accepted < len(draft) and len(emitted) > verdict.accepted
                 while len(stats.drafted_per_position) < len(draft):
                     stats.drafted_per_position.append(0)
                     stats.accepted_per_position.append(0)

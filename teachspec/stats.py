@@ -1,7 +1,9 @@
 """What one generation measured: the numbers the papers and serving engines report.
 
 For speculative decoding (Leviathan et al. 2023; vLLM's metrics):
-- alpha, the acceptance rate: accepted drafted tokens / drafted tokens;
+- alpha, the acceptance rate: accepted / judged guesses, where a guess is judged if every guess before it was
+  accepted (guesses after a rejection are thrown away unseen). That is the per-token acceptance probability the
+  speedup formula assumes; accepted / drafted would count the unseen guesses as failures and understate it;
 - mean acceptance length: 1 + accepted / drafts, the tokens a target pass yields counting the bonus (vLLM);
 - tokens per target pass: all emitted tokens / target forward passes, the quantity the speedup formula predicts.
 Plain decoding is the k = 0 case: one token per target pass, nothing drafted.
@@ -22,6 +24,7 @@ class Stats:
     drafts: int = 0  # speculation steps that proposed at least one token
     drafted: int = 0
     accepted: int = 0
+    rejected: int = 0  # steps that ended in a rejection: each is one judged guess that failed
     accepted_per_position: list[int] = field(default_factory=list)  # index i: drafts whose token i was accepted
     drafted_per_position: list[int] = field(default_factory=list)  # index i: drafts that proposed a token i
     wall_s: float = 0.0
@@ -30,7 +33,8 @@ class Stats:
 
     @property
     def alpha(self) -> float:
-        return self.accepted / self.drafted if self.drafted else float("nan")
+        judged = self.accepted + self.rejected
+        return self.accepted / judged if judged else float("nan")
 
     @property
     def acceptance_per_position(self) -> list[float]:

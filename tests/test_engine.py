@@ -98,7 +98,9 @@ def test_events_tell_the_whole_story(pair):
     # replaying accepted, resampled and bonus tokens rebuilds the output exactly
     rebuilt = [e.token for e in log if isinstance(e, (Accept, Resample, Bonus))]
     assert rebuilt == out.tokens
-    assert len(log.of(Reject)) == len(log.of(Resample)) > 0
+    assert len(log.of(Reject)) == len(log.of(Resample)) == out.stats.rejected > 0
+    # alpha counts judged guesses only: the accepted ones and the one rejection that ends a step
+    assert out.stats.alpha == len(log.of(Accept)) / (len(log.of(Accept)) + len(log.of(Reject)))
     assert sum(len(e.tokens) for e in log.of(Draft)) == out.stats.drafted
     accept = log.of(Accept)[0]
     assert len(accept.top_p) == 3 and accept.top_p[0][1] >= accept.top_p[1][1] and 0 <= accept.u < 1

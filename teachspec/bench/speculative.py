@@ -46,6 +46,7 @@ class Row:
     target_s: float = 0.0
     drafted: int = 0
     accepted: int = 0
+    rejected: int = 0
     draft_passes: int = 0
     draft_s: float = 0.0
     outputs: list = field(default_factory=list)
@@ -55,7 +56,8 @@ class Row:
         self.tokens += len(tokens)
         self.outputs.append(tokens)
         if stats is not None:
-            for name in ("target_passes", "target_s", "drafted", "accepted", "draft_passes", "draft_s"):
+            for name in ("target_passes", "target_s", "drafted", "accepted", "rejected", "draft_passes",
+                         "draft_s"):
                 setattr(self, name, getattr(self, name) + getattr(stats, name))
 
 
@@ -131,7 +133,7 @@ def summarise(rows: dict[str, Row], baseline: str = "ours plain") -> list[dict]:
         if row.target_passes:
             d["tokens_per_target_pass"] = row.tokens / row.target_passes
         if row.drafted:
-            alpha = row.accepted / row.drafted
+            alpha = row.accepted / (row.accepted + row.rejected)  # per judged guess, as the formula assumes
             k = row.drafted / max(1, row.target_passes)  # mean guesses per step
             c = (row.draft_s / row.draft_passes) / t_target if row.draft_passes else 0.0
             t_pass = row.target_s / row.target_passes
