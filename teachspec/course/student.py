@@ -71,8 +71,10 @@ def exercise_cells(nb: nbformat.NotebookNode) -> list[int]:
 
 
 def check_cells(nb: nbformat.NotebookNode) -> list[int]:
-    """Indices of the graded check cells (nbgrader metadata grade: true)."""
-    return [i for i, c in enumerate(nb.cells) if c.get("metadata", {}).get("nbgrader", {}).get("grade")]
+    """Indices of the graded check cells: code cells with nbgrader metadata grade: true (a graded markdown cell is
+    a written answer, marked by hand)."""
+    return [i for i, c in enumerate(nb.cells)
+            if c.cell_type == "code" and c.get("metadata", {}).get("nbgrader", {}).get("grade")]
 
 
 def main(argv: list[str] | None = None) -> None:
