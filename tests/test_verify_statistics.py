@@ -15,8 +15,9 @@ import pytest
 import torch
 from scipy import stats
 
+from teachspec.course.harness import buggy_rule
 from teachspec.sampling import SamplingParams, sample, warp
-from teachspec.speculative import acceptance_probability, residual, verify, verify_batch
+from teachspec.speculative import verify, verify_batch
 from teachspec.theory import alpha_from_distributions, expected_tokens
 
 torch.set_num_threads(1)
@@ -36,38 +37,10 @@ SOFTMAX, TOP_K, GREEDY = (
 P = warp(TARGET_LOGITS, SOFTMAX)  # the target samples at temperature 1
 
 
-# -- the rule, copied with one bug at a time -----------------------------------------------------------------------
+# -- the rule with one bug at a time ----------------------------------------------------------------------------
 
-def buggy_verify_batch(bug: str | None):
-    """verify_batch line for line, except for `bug` (None: no bug; checked identical below)."""
-
-    def rule(p, q, draft, generator):
-        B, k = draft.shape
-        u = torch.rand(B, k, generator=generator, dtype=p.dtype)
-        if bug == "one uniform shared by all positions":
-            u = u[:, :1].expand(B, k)
-        p_scored = p[:, 1:] if bug == "p row off by one" else p[:, :k]  # position i scored with p_{i+1}
-        accepted_at = u < acceptance_probability(p_scored, q, draft)
-        accepted = accepted_at.long().cumprod(-1).sum(-1)
-        if bug == "always accept":
-            accepted = torch.full((B,), k)
-        rows = torch.arange(B)
-        final = p[rows, accepted]
-        hit = accepted < k
-        if bug == "bonus from p_(k-1)":
-            final[~hit] = p[~hit, k - 1]
-        if bug == "resample from p, not the residual":
-            final[hit] = p[rows[hit], accepted[hit]]
-        else:
-            final[hit] = residual(p_scored[rows[hit], accepted[hit]], q[rows[hit], accepted[hit]])
-        last = sample(final, generator)
-        slot = torch.arange(k + 1)
-        tokens = torch.where(slot[:k] < accepted[:, None], draft, -1)
-        tokens = torch.cat([tokens, torch.full((B, 1), -1)], dim=1)
-        tokens[rows, accepted] = last
-        return accepted, tokens
-
-    return rule
+# the mutants come from the course, which switches the same bugs on in lecture 3
+buggy_verify_batch = buggy_rule
 
 
 # -- the harness -------------------------------------------------------------------------------------------------
