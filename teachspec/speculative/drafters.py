@@ -1,6 +1,6 @@
 """Drafters: where the k guessed tokens come from.
 
-A drafter looks at the committed tokens and proposes up to k more, together with q, the distribution each token
+A drafter looks at the committed tokens and proposes up to k >= 1 more, together with q, the distribution each token
 was drawn from (or None when the proposal is certain, a point mass). The acceptance rule is only exact when q is
 *exactly* what the token was sampled from, so a model drafter warps its logits with the same `SamplingParams` as
 the target (temperature, top-k, top-p) and returns that warped q.
@@ -78,8 +78,6 @@ class ModelDrafter:
                 stop_below: float | None = None) -> Proposal:
         """Up to k guesses; with `stop_below`, stop after a guess whose q falls below it (a confidence stop)."""
         t0 = time.perf_counter()
-        if k == 0:
-            return Proposal([], None, 0, 0.0)
         feed = self._sync(ids)
         tokens, qs = [], []
         for _ in range(k):
@@ -143,8 +141,6 @@ class NgramDrafter:
     def propose(self, ids: list[int], k: int, params: SamplingParams, generator,
                 stop_below: float | None = None) -> Proposal:
         t0 = time.perf_counter()
-        if k == 0:
-            return Proposal([], None, 0, 0.0)
         seq = torch.tensor(ids)
         for n in range(min(self.n_max, len(ids) - 1), self.n_min - 1, -1):
             windows = seq[:-1].unfold(0, n, 1)  # (len - n, n): every earlier n-gram, excluding the suffix itself
