@@ -2,10 +2,31 @@
 
 A readable engine for speculative decoding and RadixAttention, with an event log that notebook widgets replay.
 The flow is one way: models -> engine -> events -> widgets.
+
+The names below load on first use (PEP 562), so `import teachspec.radix.tree` stays a plain data structure with
+no torch behind it, and the command line starts without loading transformers until it needs it.
 """
 
-from teachspec.events import EventLog
-from teachspec.models import Pair, load_pair
+from importlib import import_module
 
-__all__ = ["EventLog", "Pair", "load_pair"]
+_EXPORTS = {
+    "Engine": "teachspec.engine",
+    "EventLog": "teachspec.events",
+    "Pair": "teachspec.models.pair",
+    "RadixCache": "teachspec.radix.tree",
+    "load_pair": "teachspec.models.pair",
+    "verify": "teachspec.speculative.verify",
+}
+
+__all__ = sorted(_EXPORTS)
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'teachspec' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + __all__)

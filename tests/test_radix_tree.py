@@ -533,3 +533,18 @@ def machine(page_size, policy):
 def test_random_operations_agree_with_the_reference(page_size, policy):
     run_state_machine_as_test(machine(page_size, policy),
                               settings=settings(max_examples=100, stateful_step_count=40, deadline=None))
+
+
+# -- the public face -----------------------------------------------------------------------------------------------
+
+def test_the_tree_is_exported_at_the_top_and_holds_no_torch():
+    import subprocess
+    import sys
+
+    import teachspec
+
+    assert teachspec.RadixCache is RadixCache
+    # imported on its own, the tree must not pull in torch: it is a data structure a student reads in one sitting
+    code = "import sys, teachspec.radix.tree; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
