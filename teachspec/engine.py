@@ -156,6 +156,7 @@ class Engine:
         log.emit(RequestStart, request, prompt_tokens=len(prompt), prompt=list(prompt))
         t_start = time.perf_counter()
         lease = self.prefix.start(request, ids) if self.prefix is not None else None
+        stats.cache_s = time.perf_counter() - t_start
         try:
             cache = lease.target if lease else kv.new_cache(self.pair.target)
             stats.cached_tokens = lease.cached if lease else 0
@@ -172,12 +173,14 @@ class Engine:
                 self.prefix.tree.unlock(lease.node, request)
             raise
         if lease is not None:
+            t0 = time.perf_counter()
             committed = prompt + new
             draft_cache = None
-            if own_draft:
+            if own_draft:  # the draft's KV is stored too; it may lag the target's by the last accepted tokens
                 drafter.fill(committed[:-1])
                 draft_cache = drafter.cache
             self.prefix.finish(request, lease, committed[:-1], cache, draft_cache)
+            stats.cache_s += time.perf_counter() - t0
         stats.new_tokens = len(new)
         stats.wall_s = time.perf_counter() - t_start
         log.emit(Finish, request, new_tokens=len(new), reason=reason, ms=1e3 * stats.wall_s)

@@ -45,7 +45,11 @@ def forward(model: PreTrainedModel, ids: list[int] | torch.Tensor, cache: Dynami
 
 class KVSlice:
     """The keys and values of a run of n tokens, for every layer of one model: `layers[i] = (keys, values)`, each
-    `(1, heads, n, head_dim)`. Slicing copies, so a small piece never keeps a large cache alive."""
+    `(1, heads, n, head_dim)`.
+
+    Slicing copies a piece that is less than half of the memory it views, so a small piece never keeps a large
+    cache alive; a larger piece stays a view of that memory (a finished request's whole new KV, stored as it is,
+    costs no copy: that is most of what the cache would add to a request that reuses nothing)."""
 
     def __init__(self, layers: list[tuple[torch.Tensor, torch.Tensor]]):
         self.layers = layers
@@ -56,7 +60,13 @@ class KVSlice:
     def __getitem__(self, index: slice) -> "KVSlice":
         if not isinstance(index, slice) or index.step not in (None, 1):
             raise TypeError(f"a KVSlice takes contiguous slices like kv[a:b], got {index!r}")
-        return KVSlice([(k[:, :, index].clone(), v[:, :, index].clone()) for k, v in self.layers])
+        pieces = []
+        for k, v in self.layers:
+            k, v = k[:, :, index], v[:, :, index]
+            if 2 * k.nbytes < k.untyped_storage().nbytes():
+                k, v = k.clone(), v.clone()
+            pieces.append((k, v))
+        return KVSlice(pieces)
 
     @property
     def nbytes(self) -> int:

@@ -30,6 +30,7 @@ class Stats:
     wall_s: float = 0.0
     target_s: float = 0.0  # time inside target forward passes
     draft_s: float = 0.0  # time inside draft proposals
+    cache_s: float = 0.0  # time inside the radix cache: match, lock, assemble, evict, insert (its whole overhead)
 
     @property
     def alpha(self) -> float:

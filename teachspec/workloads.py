@@ -41,7 +41,8 @@ Encoder = Callable[[str], list[int]]
 
 CHARS_PER_TOKEN = 5    # generous: the bundled tokenizer averages 3.6 characters a token on the documentation
 BLANK = "____"
-FEW_SHOT_HEADER = "The following are fill-in-the-blank questions about Python's documentation, with answers.\n\n"
+FEW_SHOT_HEADER = "The following are multiple choice questions (with answers) about Python's documentation.\n\n"
+CHOICES = "ABCD"
 SYSTEM_HEADER = ("You are an assistant for Python programmers. Answer each question in one short sentence, using "
                  "the reference below.\n\nReference:\n")
 CHAT_SYSTEM = "A conversation between a user and an assistant who knows Python's standard library."
@@ -294,60 +295,80 @@ def system_prompt(n_requests: int = 8, system_tokens: int = 400, question_tokens
                                      f"system prompt", requests)
 
 
-def few_shot(n_questions: int = 8, shots: int = 5, example_tokens: int = 180, question_tokens: int = 40,
-             subjects: int = 1, max_new_tokens: int = 8, *, seed: int = 0,
+def few_shot(n_questions: int = 32, shots: int = 5, example_tokens: int = 180, question_tokens: int = 40,
+             subjects: int = 1, max_new_tokens: int = 1, *, seed: int = 0,
              encode: Encoder | Pair | None = None) -> Workload:
-    """k worked fill-in-the-blank examples shared by every question of a subject, then a short question.
+    """k worked multiple-choice examples shared by every question of a subject, then a short question.
 
-    Shaped like the paper's 5-shot MMLU: a long shared prefix (about 930 tokens at the defaults), a short
-    question, a one-word answer. With
-    `subjects` > 1 each subject has its own examples (MMLU has 57) and the questions cycle through the subjects
-    in arrival order, so first-come-first-served alternates between different prefixes.
+    Shaped like the paper's 5-shot MMLU (SGLang's `benchmark/mmlu` decodes one token, the answer's letter): a
+    long shared prefix (about 900 tokens at the defaults), a short question with four choices, and a one-token
+    answer. Each question is a passage of the documentation with one word blanked out; the choices are that word
+    and three others from the same passage. With `subjects` > 1 each subject has its own examples (MMLU has 57)
+    and the questions cycle through the subjects in arrival order, so first-come-first-served alternates between
+    different prefixes.
     """
     for name, value, least in (("n_questions", n_questions, 1), ("shots", shots, 0),
-                               ("example_tokens", example_tokens, 16), ("question_tokens", question_tokens, 8),
+                               ("example_tokens", example_tokens, 32), ("question_tokens", question_tokens, 20),
                                ("subjects", subjects, 1), ("max_new_tokens", max_new_tokens, 1)):
         check_int(name, value, least)
     texts = _start("few_shot", seed, encode)
-    room = _room(texts, "Question: {}\nAnswer: answer\n\n", example_tokens)
-    prefixes = [FEW_SHOT_HEADER + "".join("Question: {}\nAnswer: {}\n\n".format(*_blanked(texts, room))
+    prefixes = [FEW_SHOT_HEADER + "".join("Question: {}\nAnswer: {}\n\n".format(*_multiple_choice(texts, example_tokens))
                                           for _ in range(shots)) for _ in range(subjects)]
     requests = []
     for q in range(n_questions):
-        question, _ = _blanked(texts, _room(texts, "Question: {}\nAnswer:", question_tokens))
+        question, _ = _multiple_choice(texts, question_tokens)
         requests.append(Request(f"{prefixes[q % subjects]}Question: {question}\nAnswer:", max_new_tokens,
                                 f"subject {q % subjects}"))
-    return Workload("few_shot", f"{n_questions} questions after {shots} shared worked examples of "
+    return Workload("few_shot", f"{n_questions} multiple-choice questions after {shots} shared worked examples of "
                                 f"~{example_tokens} tokens ({subjects} subject{'s' * (subjects > 1)})", requests)
 
 
-def _blanked(texts: _Texts, n_tokens: int) -> tuple[str, str]:
-    """A one-line passage with one word of its opening replaced by a blank, and that word (the answer)."""
+def _multiple_choice(texts: _Texts, n_tokens: int) -> tuple[str, str]:
+    """About n_tokens of "Question: ...\nA. ...\nAnswer: X": a one-line passage with one word of its opening
+    blanked out, four lower-case choices (that word and three others from the passage), and the answer's letter."""
+    frame = "Question: {}\nA. choice\nB. choice\nC. choice\nD. choice\nAnswer: A\n\n"
     while True:
-        words = texts.passage(n_tokens, one_line=True).split(" ")
-        candidates = [i for i in range(1, min(len(words), 30)) if re.fullmatch(r"[A-Za-z]{4,}", words[i])]
-        if candidates:
-            i = texts.rng.choice(candidates)
-            return " ".join(words[:i] + [BLANK] + words[i + 1:]), words[i]
+        words = texts.passage(_room(texts, frame, n_tokens), one_line=True).split(" ")
+        word = re.compile(r"[A-Za-z]{4,}")
+        candidates = [i for i in range(1, min(len(words), 30)) if word.fullmatch(words[i])]
+        if not candidates:
+            continue
+        i = texts.rng.choice(candidates)
+        answer = words[i].lower()
+        others = sorted({w.lower() for w in words if word.fullmatch(w)} - {answer})
+        if len(others) < 3:
+            continue
+        choices = texts.rng.sample(others, 3) + [answer]
+        texts.rng.shuffle(choices)
+        options = "".join(f"\n{letter}. {choice}" for letter, choice in zip(CHOICES, choices))
+        return " ".join(words[:i] + [BLANK] + words[i + 1:]) + options, CHOICES[choices.index(answer)]
 
 
-def multi_turn(n_conversations: int = 4, turns: int = 4, message_tokens: int = 60, max_new_tokens: int = 24, *,
-               seed: int = 0, encode: Encoder | Pair | None = None) -> Workload:
-    """Chats in which every turn's prompt is the whole conversation so far.
+def multi_turn(n_conversations: int = 4, turns: int = 6, message_tokens: int = 32, max_new_tokens: int = 8,
+               system_tokens: int = 1000, *, seed: int = 0, encode: Encoder | Pair | None = None) -> Workload:
+    """Chats in which every turn's prompt is the whole conversation so far, after one shared system prompt.
 
-    The replies are only known when a model writes them: `conversations` gives the structure for a runner that
-    feeds `conversation.prompt(turn, replies)`; `requests` are the flattened turns with stand-in replies of
-    `max_new_tokens` tokens drawn from the corpus, for schedulers and benchmarks that run without a model.
+    The system prompt (an instruction and a ~`system_tokens`-token reference passage; 0 for the instruction
+    alone) is the same for every conversation, as a chat service's is. The replies are only known when a model
+    writes them: `conversations` gives the structure for a runner that feeds `conversation.prompt(turn, replies)`;
+    `requests` are the flattened turns with stand-in replies of `max_new_tokens` tokens drawn from the corpus,
+    for schedulers and benchmarks that run without a model.
     """
-    for name, value in (("n_conversations", n_conversations), ("turns", turns),
-                        ("message_tokens", message_tokens), ("max_new_tokens", max_new_tokens)):
-        check_int(name, value, 1)
+    for name, value, least in (("n_conversations", n_conversations, 1), ("turns", turns, 1),
+                               ("message_tokens", message_tokens, 1), ("max_new_tokens", max_new_tokens, 1),
+                               ("system_tokens", system_tokens, 0)):
+        check_int(name, value, least)
     texts = _start("multi_turn", seed, encode)
+    system = CHAT_SYSTEM
+    if system_tokens:
+        frame = CHAT_SYSTEM + "\n\nReference:\n{}"
+        system = frame.format(texts.passage(_room(texts, frame, system_tokens)))
     conversations = [Conversation([texts.passage(message_tokens, True) for _ in range(turns)],
                                   [texts.passage(max_new_tokens, True) for _ in range(turns)],
-                                  max_new_tokens, f"conversation {c}", CHAT_SYSTEM) for c in range(n_conversations)]
+                                  max_new_tokens, f"conversation {c}", system) for c in range(n_conversations)]
     return Workload("multi_turn", f"{n_conversations} conversations of {turns} turns, ~{message_tokens}-token "
-                                  f"user messages", flatten(conversations), conversations)
+                                  f"user messages, after a shared ~{system_tokens}-token system prompt",
+                    flatten(conversations), conversations)
 
 
 def tree_of_thought(branches: int = 3, depth: int = 2, root_tokens: int = 200, thought_tokens: int = 40,

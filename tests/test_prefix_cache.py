@@ -165,3 +165,17 @@ def test_chat_keeps_token_ids_so_each_turn_reuses_the_whole_history(pair):
                                                      "Be brief.")
     with pytest.raises(ValueError, match="message must be a non-empty string"):
         chat.say("")
+
+
+def test_a_small_slice_of_kv_is_copied_and_a_large_one_shares_its_memory(pair):
+    cache = kv.new_cache(pair.target)
+    kv.forward(pair.target, list(range(5, 105)), cache, 1, pair.vocab_size)
+    whole = kv.view(cache, 0, 100)
+    base = whole.layers[0][0].untyped_storage().data_ptr()
+    small, large = whole[90:100], whole[10:100]
+    assert all(k.untyped_storage().data_ptr() != base for k, _ in small.layers[:1])  # frees the big cache
+    assert large.layers[0][0].untyped_storage().data_ptr() == base  # stored as it is: no copy
+    for piece, (a, b) in ((small, (90, 100)), (large, (10, 100))):
+        assert len(piece) == b - a
+        for (k, v), layer in zip(piece.layers, cache.layers):
+            assert torch.equal(k, layer.keys[:, :, a:b]) and torch.equal(v, layer.values[:, :, a:b])

@@ -3,6 +3,7 @@ best_hit_rate against a brute-force count over every order."""
 
 import itertools
 import random
+import re
 
 import pytest
 from transformers import AutoTokenizer
@@ -62,12 +63,33 @@ def test_few_shot_shares_a_long_prefix_of_worked_examples():
     w = W.few_shot(n_questions=6, shots=5, example_tokens=180, question_tokens=40)
     seqs = tokens(w)
     prefix = shared(seqs)
-    assert 5 * 180 <= prefix <= 5 * 180 + 40  # the examples, plus the header
+    assert 5 * 170 <= prefix <= 5 * 180 + 40  # the examples, plus the header
     assert all(20 <= len(s) - prefix <= 45 for s in seqs)  # then a short question
+    assert {r.max_new_tokens for r in w.requests} == {1}  # the answer is one letter, as in 5-shot MMLU
     head = w.requests[0].prompt[:len(TOKENIZER.decode(seqs[0][:prefix]))]
     assert head.count("Question: ") == 5 and head.count("Answer: ") == 5 and head.count(W.BLANK) == 5
+    assert w.requests[0].prompt.endswith("\nD. " + w.requests[0].prompt.split("\nD. ")[-1])
     assert w.requests[0].prompt.endswith("\nAnswer:")
-    assert 2 * 100 <= shared(tokens(W.few_shot(n_questions=2, shots=2, example_tokens=100))) <= 2 * 100 + 40
+    assert 2 * 90 <= shared(tokens(W.few_shot(n_questions=2, shots=2, example_tokens=100))) <= 2 * 100 + 40
+
+
+def test_few_shot_examples_are_multiple_choice_with_the_blanked_word_among_the_choices():
+    w = W.few_shot(n_questions=1, shots=20)
+    examples = w.requests[0].prompt.split("Question: ")[1:-1]
+    letters = []
+    for example in examples:
+        body, answer = example.rsplit("\nAnswer: ", 1)
+        passage, *options = body.split("\n")
+        assert [o[:3] for o in options] == ["A. ", "B. ", "C. ", "D. "]
+        choices = [o[3:] for o in options]
+        assert len(set(choices)) == 4 and W.BLANK in passage
+        letter = answer.strip()
+        letters.append(letter)
+        right = choices["ABCD".index(letter)]
+        assert all(c.lower() in passage.lower() for c in choices if c != right)  # distractors from the passage
+        # the blank hides the right word: putting it back reads as the documentation did
+        assert re.search(r"\b" + re.escape(right) + r"\b", passage.replace(W.BLANK, right), re.I)
+    assert len(set(letters)) >= 3  # the right letter moves about
 
 
 def test_few_shot_subjects_interleave_different_prefixes():
@@ -80,24 +102,30 @@ def test_few_shot_subjects_interleave_different_prefixes():
 
 
 def test_multi_turn_histories_grow_and_each_is_a_prefix_of_the_next():
-    w = W.multi_turn(n_conversations=3, turns=4, message_tokens=60, max_new_tokens=24)
+    w = W.multi_turn(n_conversations=3, turns=4, message_tokens=60, max_new_tokens=24, system_tokens=300)
     assert len(w.conversations) == 3 and all(len(c.messages) == len(c.replies) == 4 for c in w.conversations)
     assert [r.group for r in w.requests] == [f"conversation {c}" for c in range(3)] * 4  # round-robin arrival
     seqs = tokens(w)
+    system = w.conversations[0].system
+    assert system.startswith(W.CHAT_SYSTEM) and {c.system for c in w.conversations} == {system}
+    assert 290 <= len(encode(system)) <= 300
+    assert shared(seqs) >= len(encode(system)) - 1  # every conversation opens with the one system prompt
     for c in range(3):
         turns = seqs[c::3]
-        assert 60 <= len(turns[0]) - len(encode(W.CHAT_SYSTEM)) <= 72  # "\n\nUser: " + message + "\nAssistant:"
+        assert 60 <= len(turns[0]) - len(encode(system)) <= 72  # "\n\nUser: " + message + "\nAssistant:"
         for before, after in zip(turns, turns[1:]):
             assert common_prefix(before, after) == len(before)  # the whole earlier prompt is reused
             assert 75 <= len(after) - len(before) <= 60 + 24 + 12  # a reply and a message
     first = w.requests[3]  # conversation 0, turn 1
     assert first.turns == [w.conversations[0].messages[0], w.conversations[0].replies[0],
                            w.conversations[0].messages[1]]
-    assert first.prompt == W.chat_prompt(first.turns, W.CHAT_SYSTEM)
+    assert first.prompt == W.chat_prompt(first.turns, system)
+    bare = W.multi_turn(n_conversations=1, turns=1, system_tokens=0)
+    assert bare.conversations[0].system == W.CHAT_SYSTEM
 
 
 def test_a_chat_runner_supplies_its_own_replies():
-    conversation = W.multi_turn(n_conversations=1, turns=3).conversations[0]
+    conversation = W.multi_turn(n_conversations=1, turns=3, system_tokens=0).conversations[0]
     prompt = conversation.prompt(2, ["first reply", "second reply"])
     assert prompt.startswith(W.CHAT_SYSTEM + "\n\nUser: ")
     assert prompt.endswith(f"User: {conversation.messages[2]}\nAssistant:")
@@ -232,7 +260,7 @@ def test_get_builds_by_name_and_lists_the_names_when_wrong():
 
 @pytest.mark.parametrize("build, message", [
     (lambda: W.system_prompt(n_requests=0), "n_requests must be >= 1, got 0"),
-    (lambda: W.few_shot(example_tokens=4), "example_tokens must be >= 16, got 4"),
+    (lambda: W.few_shot(example_tokens=4), "example_tokens must be >= 32, got 4"),
     (lambda: W.multi_turn(turns=0), "turns must be >= 1, got 0"),
     (lambda: W.tree_of_thought(depth=-1), "depth must be >= 0, got -1"),
     (lambda: W.no_reuse(prompt_tokens=1.5), "prompt_tokens must be an integer"),

@@ -139,6 +139,8 @@ def _as_tokens(tokens: Any) -> tuple[int, ...]:
             or not hasattr(tokens, "__getitem__"):
         raise TypeError(f"tokens must be a sequence of token ids (a list, tuple or 1-D integer array), "
                         f"got {type(tokens).__name__}")
+    if all(type(t) is int for t in tokens) and (not len(tokens) or min(tokens) >= 0):
+        return tuple(tokens)  # the usual case, checked quickly: every lookup of a long prompt passes here
     for i, t in enumerate(tokens):
         if not isinstance(t, Integral) or isinstance(t, bool):
             raise TypeError(f"tokens[{i}] must be an int token id, got {type(t).__name__} {t!r}")
