@@ -79,11 +79,19 @@ def view(cache: DynamicCache, start: int, stop: int) -> KVSlice:
 
 
 def assemble(model: PreTrainedModel, pieces: list[KVSlice]) -> DynamicCache:
-    """A fresh cache holding the pieces one after another (a reused prefix, node by node along a tree path)."""
+    """A fresh cache holding the pieces one after another (a reused prefix, node by node along a tree path).
+
+    The layers are filled directly rather than through `cache.update`, which would copy the glued prefix a second
+    time (it concatenates onto an empty tensor), and a single piece is not copied at all: a cache never writes
+    into its tensors, it only replaces them (the next forward pass concatenates, `crop_to` slices), so sharing
+    the stored piece is safe. Reusing a long prefix thus costs at most one copy of it before the next pass."""
     cache = new_cache(model)
     if pieces:
-        for i in range(len(pieces[0].layers)):
-            keys = torch.cat([p.layers[i][0] for p in pieces], dim=2)  # (1, heads, sum of n, head_dim)
-            values = torch.cat([p.layers[i][1] for p in pieces], dim=2)
-            cache.update(keys, values, i)
+        for i, layer in enumerate(cache.layers):
+            keys = [p.layers[i][0] for p in pieces]  # each (1, heads, n, head_dim)
+            values = [p.layers[i][1] for p in pieces]
+            keys = keys[0] if len(keys) == 1 else torch.cat(keys, dim=2)  # (1, heads, sum of n, head_dim)
+            values = values[0] if len(values) == 1 else torch.cat(values, dim=2)
+            layer.lazy_initialization(keys, values)
+            layer.keys, layer.values = keys, values
     return cache

@@ -93,6 +93,14 @@ def warp(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    """One token id per distribution in `probs` (..., vocab) -> long tensor (...). None uses torch's global RNG."""
-    flat = probs.reshape(-1, probs.shape[-1])  # multinomial wants (rows, vocab)
-    return torch.multinomial(flat, 1, generator=generator).reshape(probs.shape[:-1])
+    """One token id per distribution in `probs` (..., vocab) -> long tensor (...). None uses torch's global RNG.
+
+    Inverse transform sampling: draw u uniform in (0, 1] and take the first token whose cumulative probability
+    reaches u times the row's total. A token with probability 0 is never drawn (the cumulative sum does not rise
+    at it), and u > 0 means the search always lands on a token. The same law as `torch.multinomial`, at a
+    fraction of its cost for one draw over a large vocabulary, which matters when it runs k + 1 times a step.
+    """
+    flat = probs.reshape(-1, probs.shape[-1]).double()  # (rows, vocab); float64 so the cumulative sum stays exact
+    cdf = flat.cumsum(-1)  # (rows, vocab)
+    u = 1.0 - torch.rand(flat.shape[0], 1, generator=generator, dtype=torch.float64, device=flat.device)
+    return torch.searchsorted(cdf, u * cdf[:, -1:]).reshape(probs.shape[:-1])
