@@ -16,6 +16,7 @@ very first pass therefore also prefills the prompt. Plain decoding is the k = 0 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import torch
 
@@ -23,7 +24,7 @@ from teachspec import kv
 from teachspec.checks import check_context, check_int, check_prompt
 from teachspec.decode import Generation
 from teachspec.events import Accept, Bonus, Draft, EventLog, Finish, Prefill, Reject, RequestStart, Resample, \
-    Verify
+    Score, Verify
 from teachspec.models.pair import Pair, load_pair
 from teachspec.radix.prefix import PrefixCache
 from teachspec.sampling import SamplingParams, warp
@@ -41,6 +42,20 @@ def top(probs: torch.Tensor, n: int) -> list[list] | None:
         return None
     values, ids = probs.topk(n)
     return [[int(i), round(float(v), 6)] for i, v in zip(ids, values)]
+
+
+@dataclass
+class Scored:
+    """What the target thinks of one continuation of a prompt (see `Engine.score`)."""
+
+    tokens: list[int]      # the continuation's ids
+    logprobs: list[float]  # log p(tokens[i] | prompt + tokens[:i]), one per token
+    stats: Stats           # prompt_tokens: the tokens the target had to see; cached_tokens: served from the cache
+
+    @property
+    def logprob(self) -> float:
+        """log p(continuation | prompt): the sum over its tokens, what `select` ranks choices by."""
+        return sum(self.logprobs)
 
 
 class Engine:
@@ -128,6 +143,85 @@ class Engine:
             waiting.remove(i)
             results[i] = self.generate(prompts[i], budgets[i], **generate)
         return results
+
+    def score(self, prompt: str | list[int], continuations: list) -> list[Scored]:
+        """The target's log-probability of each continuation after `prompt`:
+
+            log p(c | prompt) = sum_i log p(c_i | prompt, c_0 .. c_{i-1})
+
+        from the raw logits (temperature 1, no top-k or top-p): a score belongs to the model, not to a sampling
+        setting. A continuation given as text is encoded *on its own* and its ids appended to the prompt's, the
+        way a program appends text to its state; so the ids scored are ids(prompt) + ids(choice), which can differ
+        from ids(prompt text + choice text) where a tokenizer would merge across the seam.
+
+        Each continuation is one request through the radix cache, like `generate`: it leases the longest cached
+        prefix of prompt + continuation, the target runs the rest in one pass, and prompt + continuation[:-1]
+        is stored (the last token is only read off the logits, never fed). So the first continuation computes the
+        prompt and the others reuse it; with the cache off, every continuation computes the whole prompt again.
+        The draft's KV for the same tokens is stored too, so a speculative call that follows reuses it.
+        """
+        ids = check_prompt(prompt, self.pair.encode)
+        if not isinstance(continuations, (list, tuple)) or not continuations:
+            raise ValueError(f"continuations must be a non-empty list of texts or token-id lists, got "
+                             f"{continuations!r}")
+        tails = []
+        for i, c in enumerate(continuations):
+            if isinstance(c, str):
+                tail = self.pair.encode(c)
+            elif isinstance(c, (list, tuple)):
+                tail = [check_int(f"continuations[{i}][{j}]", t, 0) for j, t in enumerate(c)]
+            else:
+                raise TypeError(f"continuations[{i}] must be text or a list of token ids, got {type(c).__name__}")
+            if not tail:
+                raise ValueError(f"continuations[{i}] is {c!r}, which holds no token: there is nothing to score")
+            tails.append(tail)
+        for name, seq in [("prompt", ids)] + [(f"continuations[{i}]", t) for i, t in enumerate(tails)]:
+            bad = [t for t in seq if t >= self.pair.vocab_size]
+            if bad:
+                raise ValueError(f"{name} holds token id {bad[0]}, outside the vocabulary [0, "
+                                 f"{self.pair.vocab_size})")
+        check_context(len(ids) + max(map(len, tails)), 0, self.pair.context)
+        return [self._score(ids, tail) for tail in tails]
+
+    @torch.inference_mode()
+    def _score(self, prompt: list[int], tail: list[int]) -> Scored:
+        log, target, V = self.events, self.pair.target, self.pair.vocab_size
+        request = self.requests
+        self.requests += 1
+        ids = prompt + tail
+        stats = Stats(prompt_tokens=len(ids) - 1)
+        log.emit(RequestStart, request, prompt_tokens=len(ids), prompt=list(ids))
+        t_start = time.perf_counter()
+        lease = self.prefix.start(request, ids) if self.prefix is not None else None
+        try:
+            cache = lease.target if lease else kv.new_cache(target)
+            # the logits of every continuation token are needed, so the pass starts at the prompt's last token at
+            # the latest: a cache that also holds part of the continuation (an earlier, similar choice) is cut back
+            kv.crop_to(cache, min(kv.length(cache), len(prompt) - 1))
+            stats.cached_tokens = kv.length(cache)
+            logits = kv.forward(target, ids[stats.cached_tokens:-1], cache, len(tail), V)  # (len(tail), V)
+            logprobs = torch.log_softmax(logits, dim=-1)[torch.arange(len(tail)), torch.tensor(tail)]
+            stats.target_s = time.perf_counter() - t_start
+            stats.target_passes = 1
+            draft_cache = None
+            if lease is not None and self.pair.draft is not None:
+                drafter = ModelDrafter(self.pair.draft, V)
+                drafter.reset(*((lease.draft, ids[:lease.cached]) if lease.draft is not None else ()))
+                drafter.fill(ids[:-1])
+                draft_cache = drafter.cache
+        except BaseException:
+            if lease is not None:  # a failed request must not pin its prefix forever
+                self.prefix.tree.unlock(lease.node, request)
+            raise
+        log.emit(Prefill, request, cached=stats.cached_tokens, computed=len(ids) - 1 - stats.cached_tokens,
+                 ms=1e3 * stats.target_s)
+        if lease is not None:
+            self.prefix.finish(request, lease, ids[:-1], cache, draft_cache)
+        stats.wall_s = time.perf_counter() - t_start
+        scored = Scored(list(tail), [float(x) for x in logprobs], stats)
+        log.emit(Score, request, position=len(prompt), tokens=list(tail), logprobs=scored.logprobs)
+        log.emit(Finish, request, new_tokens=0, reason="score", ms=1e3 * stats.wall_s)
+        return scored
 
     def _drafter(self, speculate, ngram):
         if speculate not in DRAFTERS:
