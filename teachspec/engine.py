@@ -50,7 +50,8 @@ class Scored:
 
     tokens: list[int]      # the continuation's ids
     logprobs: list[float]  # log p(tokens[i] | prompt + tokens[:i]), one per token
-    stats: Stats           # prompt_tokens: the tokens the target had to see; cached_tokens: served from the cache
+    stats: Stats           # prompt_tokens: prompt + tokens[:-1], what the target must see; cached_tokens: of the
+                           # prompt, what this continuation did not compute (the radix cache, or an earlier one)
 
     @property
     def logprob(self) -> float:
@@ -154,11 +155,11 @@ class Engine:
         way a program appends text to its state; so the ids scored are ids(prompt) + ids(choice), which can differ
         from ids(prompt text + choice text) where a tokenizer would merge across the seam.
 
-        Each continuation is one request through the radix cache, like `generate`: it leases the longest cached
-        prefix of prompt + continuation, the target runs the rest in one pass, and prompt + continuation[:-1]
-        is stored (the last token is only read off the logits, never fed). So the first continuation computes the
-        prompt and the others reuse it; with the cache off, every continuation computes the whole prompt again.
-        The draft's KV for the same tokens is stored too, so a speculative call that follows reuses it.
+        The scoring is one request. With the radix cache it leases the prompt's longest cached prefix, computes
+        the rest of the prompt once, then runs each continuation's tokens but the last on top of it (the last
+        token is only read off the logits) and cuts the cache back to the prompt; the prompt is then stored, with
+        the draft's KV too, so the call that follows reuses all of it. With the cache off nothing is kept:
+        every continuation computes the whole prompt again, as separate requests would.
         """
         ids = check_prompt(prompt, self.pair.encode)
         if not isinstance(continuations, (list, tuple)) or not continuations:
@@ -181,46 +182,52 @@ class Engine:
                 raise ValueError(f"{name} holds token id {bad[0]}, outside the vocabulary [0, "
                                  f"{self.pair.vocab_size})")
         check_context(len(ids) + max(map(len, tails)), 0, self.pair.context)
-        return [self._score(ids, tail) for tail in tails]
-
-    @torch.inference_mode()
-    def _score(self, prompt: list[int], tail: list[int]) -> Scored:
-        log, target, V = self.events, self.pair.target, self.pair.vocab_size
         request = self.requests
         self.requests += 1
-        ids = prompt + tail
-        stats = Stats(prompt_tokens=len(ids) - 1)
-        log.emit(RequestStart, request, prompt_tokens=len(ids), prompt=list(ids))
+        return self._score(request, ids, tails)
+
+    @torch.inference_mode()
+    def _score(self, request: int, prompt: list[int], tails: list[list[int]]) -> list[Scored]:
+        log, target, V, P = self.events, self.pair.target, self.pair.vocab_size, len(prompt)
+        log.emit(RequestStart, request, prompt_tokens=P, prompt=list(prompt))
         t_start = time.perf_counter()
-        lease = self.prefix.start(request, ids) if self.prefix is not None else None
+        lease = self.prefix.start(request, prompt) if self.prefix is not None else None
+        cache, scored = (lease.target if lease else None), []
         try:
-            cache = lease.target if lease else kv.new_cache(target)
-            # the logits of every continuation token are needed, so the pass starts at the prompt's last token at
-            # the latest: a cache that also holds part of the continuation (an earlier, similar choice) is cut back
-            kv.crop_to(cache, min(kv.length(cache), len(prompt) - 1))
-            stats.cached_tokens = kv.length(cache)
-            logits = kv.forward(target, ids[stats.cached_tokens:-1], cache, len(tail), V)  # (len(tail), V)
-            logprobs = torch.log_softmax(logits, dim=-1)[torch.arange(len(tail)), torch.tensor(tail)]
-            stats.target_s = time.perf_counter() - t_start
-            stats.target_passes = 1
+            for tail in tails:
+                t0 = time.perf_counter()
+                stats, computed = Stats(prompt_tokens=P + len(tail) - 1), 0
+                if lease is None:  # no cache: this continuation computes the prompt like any request
+                    cache = kv.new_cache(target)
+                if kv.length(cache) < P:  # the prompt's last position gives p(first token), the same for all
+                    computed = P - kv.length(cache)
+                    first = kv.forward(target, prompt[-computed:], cache, 1, V)  # (1, V)
+                    log.emit(Prefill, request, cached=P - computed, computed=computed,
+                             ms=1e3 * (time.perf_counter() - t0))
+                    stats.target_passes += 1
+                stats.cached_tokens = P - computed  # the continuation's own tokens are never in the cache
+                logits = first
+                if len(tail) > 1:  # the continuation's own tokens, on top of the prompt, then cut away again
+                    logits = torch.cat([first, kv.forward(target, tail[:-1], cache, len(tail) - 1, V)])
+                    kv.crop_to(cache, P)
+                    stats.target_passes += 1
+                logprobs = torch.log_softmax(logits, dim=-1)[torch.arange(len(tail)), torch.tensor(tail)]
+                stats.wall_s = stats.target_s = time.perf_counter() - t0
+                scored.append(Scored(list(tail), [float(x) for x in logprobs], stats))
+                log.emit(Score, request, position=P, tokens=list(tail), logprobs=scored[-1].logprobs)
             draft_cache = None
-            if lease is not None and self.pair.draft is not None:
+            if lease is not None and self.pair.draft is not None:  # so a speculative call next reuses the draft
                 drafter = ModelDrafter(self.pair.draft, V)
-                drafter.reset(*((lease.draft, ids[:lease.cached]) if lease.draft is not None else ()))
-                drafter.fill(ids[:-1])
+                drafter.reset(*((lease.draft, prompt[:lease.cached]) if lease.draft is not None else ()))
+                drafter.fill(prompt)
                 draft_cache = drafter.cache
         except BaseException:
             if lease is not None:  # a failed request must not pin its prefix forever
                 self.prefix.tree.unlock(lease.node, request)
             raise
-        log.emit(Prefill, request, cached=stats.cached_tokens, computed=len(ids) - 1 - stats.cached_tokens,
-                 ms=1e3 * stats.target_s)
         if lease is not None:
-            self.prefix.finish(request, lease, ids[:-1], cache, draft_cache)
-        stats.wall_s = time.perf_counter() - t_start
-        scored = Scored(list(tail), [float(x) for x in logprobs], stats)
-        log.emit(Score, request, position=len(prompt), tokens=list(tail), logprobs=scored.logprobs)
-        log.emit(Finish, request, new_tokens=0, reason="score", ms=1e3 * stats.wall_s)
+            self.prefix.finish(request, lease, prompt, cache, draft_cache)
+        log.emit(Finish, request, new_tokens=0, reason="score", ms=1e3 * (time.perf_counter() - t_start))
         return scored
 
     def _drafter(self, speculate, ngram):

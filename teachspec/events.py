@@ -12,8 +12,10 @@ Request lifecycle
                   ms (wall time of the prefill)
     Finish        new_tokens (count), reason ("eos" | "length" | "score"), ms (wall time of the whole request)
     Score         position (index of the continuation's first token), tokens (the continuation's ids), logprobs
-                  (the target's log-probability of each): `Engine.score` rates a continuation instead of
-                  generating one; its request is RequestStart (prompt + continuation), Prefill, Score, Finish
+                  (the target's log-probability of each): `Engine.score` rates continuations of a prompt instead
+                  of generating one; its request is RequestStart (the prompt), a Prefill each time the prompt is
+                  computed (once with the radix cache, once per continuation without), a Score per continuation,
+                  and Finish with reason "score"
 
 Speculation (one *step* = one draft of k tokens followed by one target pass over k + 1 positions)
     Draft     step, position (index in the sequence of the first drafted token), tokens (the k drafted ids),

@@ -91,7 +91,10 @@ def test_score_computes_the_prompt_once_and_reuses_it_for_every_continuation(pai
     off = Engine(pair, cache_tokens=0).score(prompt, tails)
     assert [s.stats.cached_tokens for s in off] == [0] * 4
     assert on[0].stats.cached_tokens == 0
-    assert [s.stats.cached_tokens for s in on[1:]] == [len(prompt) - 1] * 3  # never past the prompt's end
+    assert [s.stats.cached_tokens for s in on[1:]] == [len(prompt)] * 3  # the prompt, computed by the first
+    again = Engine(pair, cache_tokens=4096)
+    again.score(prompt, tails[:1])
+    assert again.score(prompt + [3], tails)[0].stats.cached_tokens == len(prompt)  # stored for the next call
     for a, b, tail in zip(on, off, tails):
         assert a.tokens == b.tokens == tail
         assert a.logprob == pytest.approx(b.logprob, abs=1e-4)
