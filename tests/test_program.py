@@ -262,6 +262,11 @@ def test_run_and_score_refuse_bad_arguments(pair):
         run(quiz, engine="tiny", question="q", branches=1)
     with pytest.raises(TypeError, match=r"quiz\(s, question, branches\) cannot take the arguments \['question'\]"):
         run(quiz, engine=engine, question="q")
+    with pytest.raises(ValueError, match="speculate='psychic' is not a drafter"):
+        run(quiz, engine=engine, speculate="psychic", question="q", branches=1)
+    with pytest.raises(ValueError, match="k=-1|k must be >= 0"):
+        run_batch(quiz, [{"question": "q", "branches": 1}], engine=engine, k=-1)
+    assert len(engine.events) == 0  # refused before anything ran
     with pytest.raises(ValueError, match="continuations must be a non-empty list"):
         engine.score([1, 2], [])
     with pytest.raises(ValueError, match=r"continuations\[1\] is '', which holds no token"):
