@@ -42,7 +42,7 @@ Radix cache (node ids are stable for a node's life; the root is node 0)
 
 Programs (teachspec.program; `request` is -1: a call may run several requests, or none)
     ProgramStep   run (the run's id), program (the function's name), branch (0, or the fork it runs in), call
-                  ("text" | "gen" | "select" | "fork" | "role"), name (the variable it sets, "" for none), line
+                  ("text" | "gen" | "select" | "fork"), name (the variable it sets, "" for none), line
                   (the program's line that made the call), position (tokens in the branch's state when it starts)
     ProgramSpan   run, branch, call, name, start, stop (the tokens [start, stop) of the branch's state the call
                   added), text (their text): the call is done
