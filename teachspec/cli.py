@@ -3,6 +3,7 @@
     teachspec demo                                   # speculative decoding live in the terminal, then the stats
     teachspec generate "Return a new dictionary"     # plain decoding on the bundled target
     teachspec bench speculative --json out.json      # speedups measured side by side
+    teachspec bench program                          # structured programs, radix cache on vs off
     teachspec student notebooks/assignments/a1_acceptance_rule.ipynb   # the student version of an assignment
     teachspec traces                                 # re-record the traces the notebooks replay
 """
@@ -80,6 +81,17 @@ def cmd_bench_radix(args) -> None:
         save(result, args.json)
 
 
+def cmd_bench_program(args) -> None:
+    from teachspec.bench import program, save
+
+    speculate = None if args.speculate == "none" else args.speculate
+    result = program.bench(pair_from(args), names=args.examples, rounds=args.rounds, cache_tokens=args.cache_tokens,
+                           speculate=speculate, k=parse_k(args.k), questions=args.questions)
+    print(program.markdown(result))
+    if args.json:
+        save(result, args.json)
+
+
 def cmd_bench_widgets(args) -> None:
     from teachspec.bench.widgets import live_overhead
 
@@ -125,6 +137,16 @@ def main(argv: list[str] | None = None) -> None:
     br.add_argument("--speculate", default=None, help="also speculate: model or ngram (default: no)")
     br.add_argument("--json", default=None, help="also write the results here")
     br.set_defaults(run=cmd_bench_radix)
+    bp = bsub.add_parser("program", help="structured programs (select, chat, fork, ReAct): radix cache on vs off")
+    add_model_args(bp)
+    bp.add_argument("--examples", nargs="+", default=["classify", "chat", "tree_of_thought", "react"])
+    bp.add_argument("--questions", type=int, default=8, help="questions in the few-shot classify batch")
+    bp.add_argument("--cache-tokens", type=int, default=16384)
+    bp.add_argument("--rounds", type=int, default=2)
+    bp.add_argument("--speculate", default="model", help="model (default), ngram, or none for plain decoding")
+    bp.add_argument("--k", default="2", help="draft length, or adaptive / heuristic / confidence")
+    bp.add_argument("--json", default=None, help="also write the results here")
+    bp.set_defaults(run=cmd_bench_program)
     bw = bsub.add_parser("widgets", help="tokens/s with live views attached against none")
     add_model_args(bw)
     bw.add_argument("--new-tokens", type=int, default=64)

@@ -16,6 +16,7 @@ very first pass therefore also prefills the prompt. Plain decoding is the k = 0 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import torch
 
@@ -23,7 +24,7 @@ from teachspec import kv
 from teachspec.checks import check_context, check_int, check_prompt
 from teachspec.decode import Generation
 from teachspec.events import Accept, Bonus, Draft, EventLog, Finish, Prefill, Reject, RequestStart, Resample, \
-    Verify
+    Score, Verify
 from teachspec.models.pair import Pair, load_pair
 from teachspec.radix.prefix import PrefixCache
 from teachspec.sampling import SamplingParams, warp
@@ -41,6 +42,21 @@ def top(probs: torch.Tensor, n: int) -> list[list] | None:
         return None
     values, ids = probs.topk(n)
     return [[int(i), round(float(v), 6)] for i, v in zip(ids, values)]
+
+
+@dataclass
+class Scored:
+    """What the target thinks of one continuation of a prompt (see `Engine.score`)."""
+
+    tokens: list[int]      # the continuation's ids
+    logprobs: list[float]  # log p(tokens[i] | prompt + tokens[:i]), one per token
+    stats: Stats           # prompt_tokens: prompt + tokens[:-1], what the target must see; cached_tokens: of the
+                           # prompt, what this continuation did not compute (the radix cache, or an earlier one)
+
+    @property
+    def logprob(self) -> float:
+        """log p(continuation | prompt): the sum over its tokens, what `select` ranks choices by."""
+        return sum(self.logprobs)
 
 
 class Engine:
@@ -128,6 +144,91 @@ class Engine:
             waiting.remove(i)
             results[i] = self.generate(prompts[i], budgets[i], **generate)
         return results
+
+    def score(self, prompt: str | list[int], continuations: list) -> list[Scored]:
+        """The target's log-probability of each continuation after `prompt`:
+
+            log p(c | prompt) = sum_i log p(c_i | prompt, c_0 .. c_{i-1})
+
+        from the raw logits (temperature 1, no top-k or top-p): a score belongs to the model, not to a sampling
+        setting. A continuation given as text is encoded *on its own* and its ids appended to the prompt's, the
+        way a program appends text to its state; so the ids scored are ids(prompt) + ids(choice), which can differ
+        from ids(prompt text + choice text) where a tokenizer would merge across the seam.
+
+        The scoring is one request. With the radix cache it leases the prompt's longest cached prefix, computes
+        the rest of the prompt once, then runs each continuation's tokens but the last on top of it (the last
+        token is only read off the logits) and cuts the cache back to the prompt; the prompt is then stored, with
+        the draft's KV too, so the call that follows reuses all of it. With the cache off nothing is kept:
+        every continuation computes the whole prompt again, as separate requests would.
+        """
+        ids = check_prompt(prompt, self.pair.encode)
+        if not isinstance(continuations, (list, tuple)) or not continuations:
+            raise ValueError(f"continuations must be a non-empty list of texts or token-id lists, got "
+                             f"{continuations!r}")
+        tails = []
+        for i, c in enumerate(continuations):
+            if isinstance(c, str):
+                tail = self.pair.encode(c)
+            elif isinstance(c, (list, tuple)):
+                tail = [check_int(f"continuations[{i}][{j}]", t, 0) for j, t in enumerate(c)]
+            else:
+                raise TypeError(f"continuations[{i}] must be text or a list of token ids, got {type(c).__name__}")
+            if not tail:
+                raise ValueError(f"continuations[{i}] is {c!r}, which holds no token: there is nothing to score")
+            tails.append(tail)
+        for name, seq in [("prompt", ids)] + [(f"continuations[{i}]", t) for i, t in enumerate(tails)]:
+            bad = [t for t in seq if t >= self.pair.vocab_size]
+            if bad:
+                raise ValueError(f"{name} holds token id {bad[0]}, outside the vocabulary [0, "
+                                 f"{self.pair.vocab_size})")
+        check_context(len(ids) + max(map(len, tails)), 0, self.pair.context)
+        request = self.requests
+        self.requests += 1
+        return self._score(request, ids, tails)
+
+    @torch.inference_mode()
+    def _score(self, request: int, prompt: list[int], tails: list[list[int]]) -> list[Scored]:
+        log, target, V, P = self.events, self.pair.target, self.pair.vocab_size, len(prompt)
+        log.emit(RequestStart, request, prompt_tokens=P, prompt=list(prompt))
+        t_start = time.perf_counter()
+        lease = self.prefix.start(request, prompt) if self.prefix is not None else None
+        cache, scored = (lease.target if lease else None), []
+        try:
+            for tail in tails:
+                t0 = time.perf_counter()
+                stats, computed = Stats(prompt_tokens=P + len(tail) - 1), 0
+                if lease is None:  # no cache: this continuation computes the prompt like any request
+                    cache = kv.new_cache(target)
+                if kv.length(cache) < P:  # the prompt's last position gives p(first token), the same for all
+                    computed = P - kv.length(cache)
+                    first = kv.forward(target, prompt[-computed:], cache, 1, V)  # (1, V)
+                    log.emit(Prefill, request, cached=P - computed, computed=computed,
+                             ms=1e3 * (time.perf_counter() - t0))
+                    stats.target_passes += 1
+                stats.cached_tokens = P - computed  # the continuation's own tokens are never in the cache
+                logits = first
+                if len(tail) > 1:  # the continuation's own tokens, on top of the prompt, then cut away again
+                    logits = torch.cat([first, kv.forward(target, tail[:-1], cache, len(tail) - 1, V)])
+                    kv.crop_to(cache, P)
+                    stats.target_passes += 1
+                logprobs = torch.log_softmax(logits, dim=-1)[torch.arange(len(tail)), torch.tensor(tail)]
+                stats.wall_s = stats.target_s = time.perf_counter() - t0
+                scored.append(Scored(list(tail), [float(x) for x in logprobs], stats))
+                log.emit(Score, request, position=P, tokens=list(tail), logprobs=scored[-1].logprobs)
+            draft_cache = None
+            if lease is not None and self.pair.draft is not None:  # so a speculative call next reuses the draft
+                drafter = ModelDrafter(self.pair.draft, V)
+                drafter.reset(*((lease.draft, prompt[:lease.cached]) if lease.draft is not None else ()))
+                drafter.fill(prompt)
+                draft_cache = drafter.cache
+        except BaseException:
+            if lease is not None:  # a failed request must not pin its prefix forever
+                self.prefix.tree.unlock(lease.node, request)
+            raise
+        if lease is not None:
+            self.prefix.finish(request, lease, prompt, cache, draft_cache)
+        log.emit(Finish, request, new_tokens=0, reason="score", ms=1e3 * (time.perf_counter() - t_start))
+        return scored
 
     def _drafter(self, speculate, ngram):
         if speculate not in DRAFTERS:

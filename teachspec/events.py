@@ -10,7 +10,12 @@ Request lifecycle
     RequestStart  request, prompt_tokens (count), prompt (token ids)
     Prefill       cached (prompt tokens served from the radix cache), computed (tokens run through the target),
                   ms (wall time of the prefill)
-    Finish        new_tokens (count), reason ("eos" | "length"), ms (wall time of the whole request)
+    Finish        new_tokens (count), reason ("eos" | "length" | "score"), ms (wall time of the whole request)
+    Score         position (index of the continuation's first token), tokens (the continuation's ids), logprobs
+                  (the target's log-probability of each): `Engine.score` rates continuations of a prompt instead
+                  of generating one; its request is RequestStart (the prompt), a Prefill each time the prompt is
+                  computed (once with the radix cache, once per continuation without), a Score per continuation,
+                  and Finish with reason "score"
 
 Speculation (one *step* = one draft of k tokens followed by one target pass over k + 1 positions)
     Draft     step, position (index in the sequence of the first drafted token), tokens (the k drafted ids),
@@ -34,6 +39,13 @@ Radix cache (node ids are stable for a node's life; the root is node 0)
     Evict    node, parent, tokens (count freed)
     Lock     node (deepest node locked), locks (its lock count afterwards), protected (protected tokens after)
     Unlock   node, locks, protected
+
+Programs (teachspec.program; `request` is -1: a call may run several requests, or none)
+    ProgramStep   run (the run's id), program (the function's name), branch (0, or the fork it runs in), call
+                  ("text" | "gen" | "select" | "fork"), name (the variable it sets, "" for none), line
+                  (the program's line that made the call), position (tokens in the branch's state when it starts)
+    ProgramSpan   run, branch, call, name, start, stop (the tokens [start, stop) of the branch's state the call
+                  added), text (their text): the call is done
 
 The file format is JSON Lines: a header line `{"format": "teachspec-trace", "version": 1}`, then one object per
 event with its `kind`. `EventLog.load` refuses files from a newer version with an error that says so.
@@ -83,6 +95,14 @@ class Finish(Event):
     new_tokens: int
     reason: str
     ms: float
+
+
+@dataclass(slots=True)
+class Score(Event):
+    kind: ClassVar[str] = "score"
+    position: int
+    tokens: list[int]
+    logprobs: list[float]
 
 
 # -- speculation -------------------------------------------------------------------------------------------------
@@ -215,9 +235,35 @@ class Unlock(Event):
     protected: int
 
 
+# -- programs ----------------------------------------------------------------------------------------------------
+
+@dataclass(slots=True)
+class ProgramStep(Event):
+    kind: ClassVar[str] = "program_step"
+    run: int
+    program: str
+    branch: int
+    call: str
+    name: str
+    line: int
+    position: int
+
+
+@dataclass(slots=True)
+class ProgramSpan(Event):
+    kind: ClassVar[str] = "program_span"
+    run: int
+    branch: int
+    call: str
+    name: str
+    start: int
+    stop: int
+    text: str
+
+
 KINDS: dict[str, type[Event]] = {c.kind: c for c in (
-    RequestStart, Prefill, Finish, Draft, Verify, Accept, Reject, Resample, Bonus, Plain,
-    Match, Insert, Split, Evict, Lock, Unlock)}
+    RequestStart, Prefill, Finish, Score, Draft, Verify, Accept, Reject, Resample, Bonus, Plain,
+    Match, Insert, Split, Evict, Lock, Unlock, ProgramStep, ProgramSpan)}
 
 
 # -- the log -----------------------------------------------------------------------------------------------------

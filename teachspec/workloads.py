@@ -56,6 +56,7 @@ class Request:
     max_new_tokens: int
     group: str                        # what the prompt shares with others ("system", "subject 1", ...), for reports
     turns: list[str] | None = None    # chat only: the history the prompt renders (user, assistant, ..., user)
+    answer: str | None = None         # few-shot only: the letter of the right choice
 
 
 @dataclass
@@ -316,9 +317,9 @@ def few_shot(n_questions: int = 32, shots: int = 5, example_tokens: int = 180, q
                                           for _ in range(shots)) for _ in range(subjects)]
     requests = []
     for q in range(n_questions):
-        question, _ = _multiple_choice(texts, question_tokens)
+        question, letter = _multiple_choice(texts, question_tokens)
         requests.append(Request(f"{prefixes[q % subjects]}Question: {question}\nAnswer:", max_new_tokens,
-                                f"subject {q % subjects}"))
+                                f"subject {q % subjects}", answer=letter))
     return Workload("few_shot", f"{n_questions} multiple-choice questions after {shots} shared worked examples of "
                                 f"~{example_tokens} tokens ({subjects} subject{'s' * (subjects > 1)})", requests)
 

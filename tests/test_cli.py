@@ -1,5 +1,6 @@
 """The `teachspec` command, run as a user would run it."""
 
+import json
 import os
 import subprocess
 import sys
@@ -36,3 +37,16 @@ def test_bad_input_exits_with_a_message_naming_the_parameter():
                           (("demo", "x", "--speculate", "psychic"), "speculate='psychic'")]:
         run = teachspec(*args)
         assert run.returncode == 2 and message in run.stderr, (args, run.stderr)
+
+
+def test_bench_program_measures_the_cache_side_by_side(tmp_path):
+    out = tmp_path / "program.json"
+    run = teachspec("bench", "program", "--examples", "classify", "--questions", "2", "--rounds", "1",
+                    "--json", str(out))
+    assert run.returncode == 0, run.stderr
+    assert "| classify | 2 |" in run.stdout and "bench program" in run.stderr  # the table and the progress bar
+    row = json.loads(out.read_text())["examples"]["classify"]
+    assert row["outputs_identical"] and row["hit_rate"] > 0.5 and row["hit_rate_off"] == 0.0
+    assert abs(row["throughput_ratio"] - row["seconds_off"] / row["seconds_on"]) < 0.01 * row["throughput_ratio"]
+    bad = teachspec("bench", "program", "--examples", "sudoku")
+    assert bad.returncode == 2 and "examples ['sudoku'] are not example programs" in bad.stderr

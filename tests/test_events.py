@@ -5,7 +5,7 @@ import json
 import pytest
 
 from teachspec.events import KINDS, VERSION, Accept, Bonus, Draft, Evict, EventLog, Finish, Insert, Lock, Match, \
-    Plain, Prefill, Reject, RequestStart, Resample, Split, Unlock, Verify
+    Plain, Prefill, ProgramSpan, ProgramStep, Reject, RequestStart, Resample, Score, Split, Unlock, Verify
 
 
 def sample_log() -> EventLog:
@@ -26,6 +26,11 @@ def sample_log() -> EventLog:
     log.emit(Unlock, 1, node=3, locks=0, protected=0)
     log.emit(Evict, -1, node=3, parent=2, tokens=5)
     log.emit(Finish, 1, new_tokens=4, reason="eos", ms=9.0)
+    log.emit(ProgramStep, -1, run=0, program="quiz", branch=0, call="select", name="answer", line=4, position=7)
+    log.emit(RequestStart, 2, prompt_tokens=8, prompt=[5, 6, 7, 9, 8, 2, 3, 4])
+    log.emit(Score, 2, position=7, tokens=[4], logprobs=[-0.7])
+    log.emit(Finish, 2, new_tokens=0, reason="score", ms=3.0)
+    log.emit(ProgramSpan, -1, run=0, branch=0, call="select", name="answer", start=7, stop=8, text=" yes")
     return log
 
 

@@ -38,7 +38,7 @@ def _pair_loadable() -> bool:
 # -- what is committed ---------------------------------------------------------------------------------------------
 
 def test_the_course_is_all_there():
-    assert len(LECTURES) == 7, [p.name for p in LECTURES]
+    assert len(LECTURES) == 8, [p.name for p in LECTURES]
     assert len(SOLUTIONS) >= 3, [p.name for p in SOLUTIONS]
     index = nbformat.read(NOTEBOOKS / "index.ipynb", as_version=4)
     text = "\n".join(c.source for c in index.cells)

@@ -19,4 +19,5 @@ def test_the_wheel_contains_the_models_and_the_widgets_front_end(tmp_path):
     for part in ("target/model.safetensors", "draft/model.safetensors", "tokenizer.json", "MODEL_CARD.md"):
         assert f"teachspec/models/tiny/{part}" in names
     assert "teachspec/events.py" in names and "teachspec/radix/tree.py" in names
+    assert "teachspec/program/state.py" in names and "teachspec/bench/program.py" in names
     assert not any(n.startswith(("tests/", "notebooks/")) for n in names)

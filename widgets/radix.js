@@ -47,6 +47,8 @@ function drawMemory(box, meta) {
 
 function render({ model, el }) {
   el.classList.add("ts-view", "ts-radix");
+  const program = document.createElement("div"); // the program step running (teachspec.program), if any
+  program.className = "ts-caption ts-program";
   const caption = document.createElement("div");
   caption.className = "ts-caption";
   const wrap = document.createElement("div");
@@ -62,7 +64,7 @@ function render({ model, el }) {
   message.className = "ts-empty";
   const error = document.createElement("div");
   error.className = "ts-error";
-  el.append(caption, wrap, memory, message, error);
+  el.append(program, caption, wrap, memory, message, error);
 
   const timeline = new Timeline(decodeFrames(model.get("frames_json")));
   const boxes = new Map(), lines = new Map(); // item key -> its <g> and the <path> to its parent
@@ -114,6 +116,8 @@ function render({ model, el }) {
       }
     }
     caption.textContent = state.caption;
+    program.textContent = state.meta.program ?? "";
+    program.hidden = !state.meta.program;
     drawMemory(memory, state.meta);
   }
 

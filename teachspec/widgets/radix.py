@@ -14,6 +14,9 @@ Events carry token counts, not token ids. A node's text is recovered when its in
 log also recorded (RequestStart gives the prompt, Accept/Resample/Bonus/Plain the new tokens) and the path it
 hangs from spells the start of that request's sequence; otherwise the node shows its id and token count.
 
+Above the tree a line names the program step running (ProgramStep and ProgramSpan events, from
+teachspec.program), so the tree is seen growing call by call.
+
 Below the tree a memory bar splits a token `budget` into in use (locked), cached (evictable) and free. The layout
 (layout.py) is computed here, in Python, and stays put as the tree grows; big trees fold into "+N" stubs.
 `to_svg()` draws any frame as a static picture, with Graphviz when its `dot` program is installed (svg.py).
@@ -25,8 +28,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from teachspec.events import Accept, Bonus, Event, Evict, Insert, Lock, Match, Plain, RequestStart, Resample, \
-    Split, Unlock
+from teachspec.events import Accept, Bonus, Event, Evict, Insert, Lock, Match, Plain, ProgramSpan, ProgramStep, \
+    RequestStart, Resample, Split, Unlock
 from teachspec.widgets import assets, layout, svg
 from teachspec.widgets.base import ReplayView
 from teachspec.widgets.frames import replay
@@ -67,6 +70,8 @@ class RadixTreeView(ReplayView):
         self._match_length = 0
         self._marks: dict[int, str] = {}               # this event's news: "new", "split" or "evicted"
         self._fading: int | None = None                # evicted by the last event: drawn once more, fading
+        self._running = ""                             # the program step started last, and the line shown:
+        self._program = ""                             # that step, with its result once it is done
         super().__init__(log, decode, interval)
 
     # -- rebuilding the tree from events -------------------------------------------------------------------------
@@ -76,6 +81,8 @@ class RadixTreeView(ReplayView):
             self._sequences[e.request] = list(e.prompt)
         elif isinstance(e, (Accept, Resample, Bonus, Plain)) and e.request in self._sequences:
             self._sequences[e.request].append(e.token)
+        elif isinstance(e, (ProgramStep, ProgramSpan)) and e.call != "text":  # text alone never touches the tree
+            return self._program_step(e)
         if not isinstance(e, (Match, Insert, Split, Evict, Lock, Unlock)):
             return None
         if self._fading is not None:  # its one frame of fading is over
@@ -153,6 +160,15 @@ class RadixTreeView(ReplayView):
             return f"{verb}: the lookup matched nothing, so there is no path to protect"
         return f"{verb} the path root -> node {e.node}: {e.protected} tokens now protected from eviction"
 
+    def _program_step(self, e: ProgramStep | ProgramSpan) -> str:
+        if isinstance(e, ProgramStep):
+            call = "fork" if e.call == "fork" else f"{e.call}({e.name!r})"
+            self._program = self._running = f"{e.program}: {call} at line {e.line}"
+            return f"program {e.program}, branch {e.branch}: {call} at line {e.line} starts at token {e.position}"
+        done = f" = {e.text[:40]!r}" if e.call != "fork" else ""
+        self._program = self._running + done
+        return f"{e.call} {e.name} done: tokens {e.start}..{e.stop} of branch {e.branch}{done}"
+
     def _node(self, node_id: int, e: Event, index: int) -> Node:
         if node_id in self.nodes:
             return self.nodes[node_id]
@@ -219,7 +235,7 @@ class RadixTreeView(ReplayView):
         return {"nodes": len(self.nodes) - 1 - (self._fading is not None), "total": self.total,
                 "in_use": self.protected, "cached": cached, "budget": self.budget,
                 "free": None if self.budget is None else self.budget - self.total,
-                "match": self._match_length}
+                "match": self._match_length, "program": self._program}
 
     # -- a static picture ----------------------------------------------------------------------------------------
 

@@ -1,0 +1,73 @@
+"""Running a program: `run` executes it once, `run_batch` once per set of arguments, on one engine.
+
+A program is a plain Python function whose first parameter is the state:
+
+    def classify(s, question):
+        s += EXAMPLES + "Question: " + question + "\\nAnswer:"
+        s += select("answer", [" yes", " no"])
+
+    state = run(classify, engine=engine, question="Is a list mutable?")
+    state["answer"]
+
+Calls run eagerly, one after another, on the engine: Python's own `if` and `for` are the control flow, and a
+program can read a variable the moment its call has returned. SGLang runs the calls of many programs
+concurrently and batches them on the GPU; here they run in order, and what they share is the radix tree: all the
+runs of a batch go through one engine, so the worked examples every question starts with are computed once.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+
+from teachspec.engine import DRAFTERS, Engine
+from teachspec.program.state import Run, State
+from teachspec.speculative.policies import make_policy
+
+_run_ids = itertools.count()  # a run's id in the trace: ProgramStep and ProgramSpan events carry it
+
+
+def run(program, /, *, engine: Engine, speculate: str | None = "model", k=2, seed: int | None = 0,
+        **arguments) -> State:
+    """Run `program(s, **arguments)` on `engine` and return its final state.
+
+    Every gen decodes with `speculate` and `k` (Engine.generate's options; None for plain decoding) and a seed
+    derived from `seed` (None: unseeded). These four names are the runner's; a program's own parameters need
+    other names."""
+    name = _check(program, engine, arguments, speculate, k)
+    state = State(Run(engine, name, next(_run_ids), speculate, k, seed))
+    program(state, **arguments)
+    return state
+
+
+def run_batch(program, arguments: list[dict], /, *, engine: Engine, speculate: str | None = "model", k=2,
+              seed: int | None = 0, progress: bool = False) -> list[State]:
+    """Run `program` once per dict of arguments, in order, on one engine; return the final states in order.
+
+    Every argument set is checked against the program's parameters before the first run starts."""
+    if not isinstance(arguments, (list, tuple)) or not all(isinstance(a, dict) for a in arguments):
+        raise TypeError(f"arguments must be a list of dicts, one per run, got {type(arguments).__name__}")
+    for a in arguments:
+        _check(program, engine, a, speculate, k)
+    from tqdm.auto import tqdm
+
+    return [run(program, engine=engine, speculate=speculate, k=k, seed=seed, **a)
+            for a in tqdm(arguments, desc=getattr(program, "__name__", "program"), disable=not progress)]
+
+
+def _check(program, engine, arguments: dict, speculate, k) -> str:
+    if not callable(program):
+        raise TypeError(f"program must be a function whose first parameter is the state, got "
+                        f"{type(program).__name__}")
+    if not isinstance(engine, Engine):
+        raise TypeError(f"engine must be a teachspec Engine, got {type(engine).__name__}")
+    if speculate not in DRAFTERS:
+        raise ValueError(f"speculate={speculate!r} is not a drafter; use one of {list(DRAFTERS)}")
+    make_policy(k)  # refuses a k that is neither a draft length nor a policy's name
+    name = getattr(program, "__name__", type(program).__name__)
+    try:
+        inspect.signature(program).bind(None, **arguments)
+    except TypeError as e:
+        raise TypeError(f"{name}{inspect.signature(program)} cannot take the arguments {sorted(arguments)}: "
+                        f"{e}") from None
+    return name
