@@ -117,6 +117,22 @@ def test_an_unclean_notebook_is_refused():
         assert any(expect in p for p in problems), (expect, problems)
 
 
+def test_pin_keeps_the_pinned_outputs_and_nothing_else():
+    from nbformat.v4 import new_code_cell, new_notebook, new_output
+
+    from teachspec.course.pin import strip
+
+    kept = new_output("stream", name="stdout", text="42\n")
+    nb = new_notebook(metadata={"widgets": {"application/vnd.jupyter.widget-state+json": {"state": {}}}}, cells=[
+        new_code_cell(f"{PIN}\nprint(6 * 7)", execution_count=1, outputs=[kept]),
+        new_code_cell("view", execution_count=2, outputs=[new_output(
+            "display_data", data={"application/vnd.jupyter.widget-view+json": {"model_id": "ab"}})])])
+    assert _unclean(nb, 1_000)
+    clean = strip(nb)
+    assert _unclean(clean, 1_000) == [] and clean.cells[0].outputs == [kept]
+    assert clean.cells[1].outputs == [] and clean.cells[1].execution_count is None
+
+
 @pytest.mark.parametrize("path", [*LECTURES, *[p for p in SOLUTIONS if "pick_pair" in p.read_text()]], ids=_id)
 def test_first_code_cell_picks_the_models(path):
     nb = nbformat.read(path, as_version=4)
