@@ -6,6 +6,7 @@
     teachspec bench program                          # structured programs, radix cache on vs off
     teachspec student notebooks/assignments/a1_acceptance_rule.ipynb   # the student version of an assignment
     teachspec traces                                 # re-record the traces the notebooks replay
+    teachspec pin notebooks/05_radix_attention.ipynb # run a notebook, keep only the outputs nbval checks
 """
 
 from __future__ import annotations
@@ -153,7 +154,8 @@ def main(argv: list[str] | None = None) -> None:
     bw.add_argument("--repeats", type=int, default=5)
     bw.set_defaults(run=cmd_bench_widgets)
     for name, module, text in (("student", "teachspec.course.student", "write the student version of an assignment"),
-                               ("traces", "teachspec.course.traces", "re-record the traces the notebooks replay")):
+                               ("traces", "teachspec.course.traces", "re-record the traces the notebooks replay"),
+                               ("pin", "teachspec.course.pin", "run a notebook, keep only the outputs nbval checks")):
         sub.add_parser(name, help=text, add_help=False).set_defaults(run=None, module=module)
     args, rest = ap.parse_known_args(argv)
     if getattr(args, "module", None):  # these commands parse their own arguments

@@ -308,8 +308,10 @@ def few_shot(n_questions: int = 32, shots: int = 5, example_tokens: int = 180, q
     and the questions cycle through the subjects in arrival order, so first-come-first-served alternates between
     different prefixes.
     """
+    # the frame of one question (four choices, "Answer: X") takes 33 bundled tokens; below about 40 in all, no
+    # passage leaves the four words the choices need
     for name, value, least in (("n_questions", n_questions, 1), ("shots", shots, 0),
-                               ("example_tokens", example_tokens, 32), ("question_tokens", question_tokens, 20),
+                               ("example_tokens", example_tokens, 40), ("question_tokens", question_tokens, 40),
                                ("subjects", subjects, 1), ("max_new_tokens", max_new_tokens, 1)):
         check_int(name, value, least)
     texts = _start("few_shot", seed, encode)

@@ -260,7 +260,8 @@ def test_get_builds_by_name_and_lists_the_names_when_wrong():
 
 @pytest.mark.parametrize("build, message", [
     (lambda: W.system_prompt(n_requests=0), "n_requests must be >= 1, got 0"),
-    (lambda: W.few_shot(example_tokens=4), "example_tokens must be >= 32, got 4"),
+    (lambda: W.few_shot(example_tokens=4), "example_tokens must be >= 40, got 4"),
+    (lambda: W.few_shot(question_tokens=20), "question_tokens must be >= 40, got 20"),
     (lambda: W.multi_turn(turns=0), "turns must be >= 1, got 0"),
     (lambda: W.tree_of_thought(depth=-1), "depth must be >= 0, got -1"),
     (lambda: W.no_reuse(prompt_tokens=1.5), "prompt_tokens must be an integer"),

@@ -32,12 +32,13 @@ def speculation(pair) -> EventLog:
 
 
 def radix_shared(pair) -> EventLog:
-    """Lecture 5: a shared system prompt, then few-shot questions, then a three-turn chat, in one cache."""
+    """Lecture 5: a shared system prompt, then few-shot questions (one-letter answers), then a three-turn chat, in
+    one cache."""
     engine = Engine(pair, cache_tokens=8192)
-    small = {"speculate": None, "max_new_tokens": 8, "seed": 0}
-    engine.serve(workloads.system_prompt(n_requests=4, system_tokens=120, question_tokens=20).requests, **small)
-    engine.serve(workloads.few_shot(n_questions=3, shots=3, example_tokens=60, question_tokens=20).requests,
-                 **small)
+    system = workloads.system_prompt(n_requests=4, system_tokens=120, question_tokens=20, max_new_tokens=8)
+    engine.serve(system.requests, speculate=None, seed=0)
+    shots = workloads.few_shot(n_questions=3, shots=3, example_tokens=60, question_tokens=40)
+    engine.serve(shots.requests, speculate=None, seed=0)
     chat = Chat(engine, system=workloads.CHAT_SYSTEM)
     for message in ("What does dict.get return?", "And with a default?", "Thanks."):
         chat.say(message, max_new_tokens=12, speculate=None, seed=0)
@@ -47,9 +48,9 @@ def radix_shared(pair) -> EventLog:
 def radix_eviction(pair) -> EventLog:
     """Lecture 5: the same kind of traffic through a cache of 400 tokens: LRU leaves go first, locked ones never."""
     engine = Engine(pair, cache_tokens=400)
-    engine.serve(workloads.few_shot(n_questions=6, shots=2, example_tokens=80, question_tokens=20).requests,
-                 speculate=None, max_new_tokens=8, seed=0)
-    engine.serve(workloads.no_reuse(n_requests=3, prompt_tokens=120).requests, speculate=None, max_new_tokens=8,
+    shots = workloads.few_shot(n_questions=6, shots=2, example_tokens=80, question_tokens=40)
+    engine.serve(shots.requests, speculate=None, seed=0)
+    engine.serve(workloads.no_reuse(n_requests=3, prompt_tokens=120, max_new_tokens=8).requests, speculate=None,
                  seed=0)
     return engine.events
 
@@ -57,8 +58,8 @@ def radix_eviction(pair) -> EventLog:
 def together(pair) -> EventLog:
     """Lecture 7: a system-prompt workload served with speculation and prefix reuse, in lpm order."""
     engine = Engine(pair, cache_tokens=8192)
-    engine.serve(workloads.system_prompt(n_requests=4, system_tokens=120, question_tokens=20).requests,
-                 schedule="lpm", speculate="model", k=3, max_new_tokens=16, seed=0)
+    system = workloads.system_prompt(n_requests=4, system_tokens=120, question_tokens=20, max_new_tokens=16)
+    engine.serve(system.requests, schedule="lpm", speculate="model", k=3, seed=0)
     return engine.events
 
 

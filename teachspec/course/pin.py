@@ -1,0 +1,83 @@
+"""Run a course notebook top to bottom and keep only the outputs that nbval checks.
+
+The notebooks are committed almost clean. A cell whose source starts with `# NBVAL_CHECK_OUTPUT` is deterministic
+and seeded (an exact enumeration, a greedy output checked against plain decoding, a hit rate): its output and
+execution count are kept, and `pytest --nbval-lax` compares a fresh run against them. Every other cell is
+committed with no output and no execution count (nbval runs it and only checks that it does not raise), and the
+notebook's saved widget state is dropped: a view's state is megabytes, and it is rebuilt when the cell runs.
+
+    python -m teachspec.course.pin notebooks/05_radix_attention.ipynb [...]     # run, keep the pinned outputs
+    python -m teachspec.course.pin --strip notebooks/*.ipynb                    # only clean, run nothing
+
+Run it with the bundled pair (the default of every notebook's first cell) and with the package that the kernel
+imports being this one (PYTHONPATH=. from a checkout). It prints each notebook's run time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import time
+from pathlib import Path
+
+import nbformat
+
+PIN = "# NBVAL_CHECK_OUTPUT"
+
+
+def pinned(cell) -> bool:
+    return cell.cell_type == "code" and cell.source.lstrip().startswith(PIN)
+
+
+def strip(nb):
+    """A copy of `nb` with outputs and execution counts only on pinned cells, output metadata emptied, and no
+    saved widget state or per-cell execution timings."""
+    nb = copy.deepcopy(nb)
+    nb.metadata.pop("widgets", None)
+    for cell in nb.cells:
+        cell.metadata.pop("execution", None)  # nbclient's per-cell timestamps
+        if cell.cell_type != "code":
+            continue
+        if pinned(cell):
+            for out in cell.outputs:
+                if "metadata" in out:
+                    out.metadata = {}
+        else:
+            cell.outputs, cell.execution_count = [], None
+    return nb
+
+
+def run(path: Path, timeout: int = 600) -> tuple[object, float]:
+    """Execute the notebook in its own folder (the traces are found relative to it); returns it and the seconds."""
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(path, as_version=4)
+    metadata = copy.deepcopy(nb.metadata)
+    start = time.perf_counter()
+    NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                   resources={"metadata": {"path": str(Path(path).resolve().parent)}}).execute()
+    seconds = time.perf_counter() - start
+    nb.metadata = metadata  # as committed: the kernel's language_info (its version) is noise in a diff
+    return nb, seconds
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m teachspec.course.pin", description=__doc__.splitlines()[0])
+    ap.add_argument("notebooks", nargs="+", type=Path)
+    ap.add_argument("--strip", action="store_true", help="only clean the notebooks, without running them")
+    args = ap.parse_args(argv)
+    for path in args.notebooks:
+        if args.strip:
+            nb, seconds = nbformat.read(path, as_version=4), None
+        else:
+            nb, seconds = run(path)
+        nb = strip(nb)
+        nbformat.validate(nb)
+        nbformat.write(nb, path)
+        n = sum(pinned(c) for c in nb.cells)
+        ran = "" if seconds is None else f", ran in {seconds:.1f} s"
+        print(f"{path}: {n} pinned cell{'s' * (n != 1)}{ran}, {path.stat().st_size / 1024:.1f} KiB")
+
+
+if __name__ == "__main__":
+    main()
