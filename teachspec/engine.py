@@ -116,7 +116,8 @@ class Engine:
 
     def serve(self, requests: list, schedule: str = "fcfs", **generate) -> list[Generation]:
         """Run a queue of requests one after another, in a cache-aware order, and return their generations in
-        the order given. Each request is a prompt (text or ids) or has `.prompt` and `.max_new_tokens`.
+        the order given. Each request is a prompt (text or ids) or has `.prompt` and `.max_new_tokens`; a
+        `max_new_tokens=` keyword, when given, holds for every request instead (64 for a bare prompt otherwise).
 
         schedule: "fcfs" (arrival order), "lpm" (longest cached prefix first, re-ranked after every request as
         the tree changes) or "dfs" (depth-first over the tree of waiting prompts), as in SGLang.
@@ -129,9 +130,9 @@ class Engine:
             raise ValueError("schedule='lpm' ranks requests by their cached prefix, and this engine's cache is off "
                              "(cache_tokens=0); use 'fcfs' or 'dfs', or turn the cache on")
         prompts = [check_prompt(getattr(r, "prompt", r), self.pair.encode) for r in requests]
-        budgets = [check_int("max_new_tokens", getattr(r, "max_new_tokens", generate.get("max_new_tokens", 64)), 0)
+        given = generate.pop("max_new_tokens", None)  # when given, it holds for every request
+        budgets = [check_int("max_new_tokens", given if given is not None else getattr(r, "max_new_tokens", 64), 0)
                    for r in requests]
-        generate.pop("max_new_tokens", None)
         results: list[Generation | None] = [None] * len(prompts)
         waiting = list(range(len(prompts)))
         fixed = order([prompts[i] for i in waiting], schedule, self.tree) if schedule != "lpm" else None

@@ -146,6 +146,16 @@ def test_serve_returns_results_in_request_order_and_cache_aware_schedules_hit_mo
     assert results["lpm"][0] > results["fcfs"][0] and results["dfs"][0] > results["fcfs"][0]
 
 
+def test_serve_takes_each_request_s_own_length_unless_one_is_given_for_all(pair):
+    from teachspec.workloads import Request
+
+    requests = [Request([5, 6, 7], 3, "a"), Request([5, 6, 8], 5, "a")]
+    engine = Engine(pair, cache_tokens=0)
+    assert [len(o.tokens) for o in engine.serve(requests, speculate=None)] == [3, 5]
+    assert [len(o.tokens) for o in engine.serve(requests, max_new_tokens=2, speculate=None)] == [2, 2]
+    assert [len(o.tokens) for o in engine.serve([[5, 6]], speculate=None)] == [64]
+
+
 def test_serve_refuses_unknown_schedules_and_lpm_without_a_cache(pair):
     with pytest.raises(ValueError, match="schedule='sjf' is not a schedule"):
         Engine(pair).serve([[1, 2]], schedule="sjf")
