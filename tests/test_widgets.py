@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import json
+import math
 import time
 from dataclasses import fields
 
@@ -171,6 +173,31 @@ def test_a_live_view_sends_at_most_about_twenty_updates_a_second():
     assert len(log) >= 1000
     assert view.publishes - sent <= 2 + elapsed / 0.05 and view.publishes - sent < len(log) / 10
     assert view.snapshot() == RadixTreeView(log).snapshot()
+
+
+def test_a_live_view_sends_each_frame_about_once_as_deltas_and_doubling_snapshots(engine, pair):
+    """What reaches the browser while following: rebuilt from the messages, it is every frame, in order."""
+    log = EventLog()
+    view = SpeculationView.live(log, decode=pair, interval=0.002)
+    sent = []  # what the comm publishes: no kernel here, so record it where it would leave the process
+    view.comm.publish_msg = lambda msg_type, data=None, metadata=None, buffers=None, **keys: sent.append(
+        (data, buffers))
+    for event in engine.events:
+        re_emit(log, event)
+        time.sleep(0.0005)  # a fast engine: many batches
+    view.detach()
+    shown, wholes, deltas, size = [], 0, 0, 0
+    for data, buffers in sent:
+        if data["method"] == "update" and ["frames_json"] in data["buffer_paths"]:
+            (whole,) = buffers
+            shown, wholes, size = json.loads(bytes(whole)), wholes + 1, size + len(whole)
+        elif data["method"] == "custom":
+            (delta,) = buffers
+            assert data["content"]["start"] == len(shown), "a delta must continue where the browser is"
+            shown, deltas, size = shown + json.loads(bytes(delta)), deltas + 1, size + len(delta)
+    assert shown == view.frames and deltas > 5
+    assert wholes <= 2 + math.log2(len(view.frames_json))  # the snapshots double in size
+    assert size < 5 * len(view.frames_json)  # not O(frames) bytes per update
 
 
 def test_attach_and_detach():

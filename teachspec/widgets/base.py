@@ -12,10 +12,20 @@ changes as a frame (frames.py) and sends the frames to the browser:
 Either way the result is the same list of frames: a test checks that a view following a log live holds, after
 every event, exactly the state a view replaying the same events would.
 
-How the frames travel matters once a log is long. A synced trait is sent whole each time it is set, and a list of
-dicts would be walked and JSON-encoded again on every update, costing O(all frames) twenty times a second. So each
-frame is encoded once, when it is made, and the trait `frames_json` holds the bytes of one JSON array: setting it
-joins bytes, and the widget protocol ships bytes as a binary buffer, unparsed. The browser parses it.
+How the frames travel matters once a log is long. A synced trait is sent whole each time it is set, so setting
+all frames twenty times a second would cost O(all frames) per update: in the kernel, on the wire and in the
+browser, which parses them again. So a live view sends *snapshot plus deltas*:
+
+    frames_json   the trait: the bytes of one JSON array of every frame, set when a replay view is built, on
+                  flush() and detach(), and while following only when the frames have doubled in size since it
+                  was last set (so each frame travels in it O(1) times on average)
+    a message     at every other update: {"start": n} and one buffer holding frames n, n + 1, ... as a JSON array
+
+The browser appends each delta whose `start` is the number of frames it has; one that leaves a gap (a view
+displayed while the engine runs can miss the first messages) is ignored until the next `frames_json`, which holds
+everything. Saved widget state, an HTML export and Voila read `frames_json`, complete once the view stops
+following. Each new batch of frames is JSON-encoded once, in one call, and kept as bytes: setting the trait joins
+bytes, and the widget protocol ships bytes as a binary buffer, unparsed.
 """
 
 from __future__ import annotations
@@ -55,7 +65,9 @@ class ReplayView(anywidget.AnyWidget):
         self.meta: dict = {}
         self._lock = threading.RLock()           # the timer thread and the caller's thread both consume events
         self._frames: list[dict] = []
-        self._encoded: list[bytes] = []          # each frame as JSON, encoded once
+        self._chunks: list[bytes] = []           # the frames as JSON, one chunk per batch: b'{..},{..}', no brackets
+        self._encoded = 0                        # frames in the chunks so far
+        self._size = self._synced = 0            # bytes in the chunks, and in them when frames_json was last set
         self._changed: dict[str, bool] = {}      # keys the current event put or dropped -> did it exist before
         self._caption, self._event = "", -1      # of the newest frame
         self._seen = 0                           # events consumed: the index of the next one
@@ -122,12 +134,21 @@ class ReplayView(anywidget.AnyWidget):
                     frame["meta"] = self.meta = meta
                 self._changed = {}
                 self._frames.append(frame)
-                self._encoded.append(json.dumps(frame, ensure_ascii=False, separators=(",", ":")).encode())
                 self._caption, self._event = caption, index
 
-    def _publish(self) -> None:
+    def _publish(self, whole: bool = True) -> None:
+        """Send the frames made since the last time: all of them as `frames_json` if `whole`, else a delta."""
         with self._lock, self.hold_sync():  # one message to the browser, whatever changed
-            self.frames_json = b"[" + b",".join(self._encoded) + b"]"
+            start, new = self._encoded, self._frames[self._encoded:]
+            if new:  # the batch is encoded in one call; its brackets come off so chunks join into one array
+                chunk = json.dumps(new, ensure_ascii=False, separators=(",", ":")).encode()[1:-1]
+                self._chunks.append(chunk)
+                self._encoded, self._size = len(self._frames), self._size + len(chunk)
+            if whole or self._size > 2 * self._synced:
+                self.frames_json = b"[" + b",".join(self._chunks) + b"]"
+                self._synced = self._size
+            elif new:
+                self.send({"start": start}, [b"[" + chunk + b"]"])
             self.empty = "" if self._frames else ("Waiting for events..." if self.following else self.nothing)
             self.publishes += 1
 
@@ -150,13 +171,14 @@ class ReplayView(anywidget.AnyWidget):
         return self
 
     def flush(self) -> "ReplayView":
-        """Turn every buffered event into frames and send them now, instead of at the next tick."""
+        """Turn every buffered event into frames and send them all now, instead of at the next tick."""
         if self.failure is not None:
             raise self.failure
         if self._throttle is not None:
-            with self._lock:
-                self._consume(self._throttle.take())
-                self._publish()
+            self._throttle.hand_over()  # in this thread, in turn with the timer's hand-overs
+            self._publish()
+        if self.failure is not None:
+            raise self.failure
         return self
 
     def detach(self) -> "ReplayView":
@@ -173,10 +195,12 @@ class ReplayView(anywidget.AnyWidget):
 
     def _flush_live(self, batch: list[Event]) -> None:
         """The timer thread's work. An exception here would vanish with the thread, so it is shown in the view."""
+        if self.failure is not None:  # the view's state is broken: it shows the error, not later events
+            return
         try:
             with self._lock:
                 self._consume(batch)
-                self._publish()
+                self._publish(whole=False)
         except Exception as e:  # any error at all: shown to the student, kept for flush() and detach() to raise
             self.failure = e
             if self._unsubscribe is not None:
