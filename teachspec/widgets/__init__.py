@@ -12,7 +12,8 @@ once in Python and stepped through in the browser (play, pause, step, slider, sp
 """
 
 from teachspec.widgets import charts
+from teachspec.widgets.export import export_html
 from teachspec.widgets.radix import RadixTreeView
 from teachspec.widgets.speculation import SpeculationView
 
-__all__ = ["RadixTreeView", "SpeculationView", "charts"]
+__all__ = ["RadixTreeView", "SpeculationView", "charts", "export_html"]

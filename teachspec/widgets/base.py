@@ -32,12 +32,14 @@ from __future__ import annotations
 
 import json
 import threading
+from pathlib import Path
 from typing import Any
 
 import anywidget
 import traitlets
 
 from teachspec.events import Event, EventLog
+from teachspec.widgets import export
 from teachspec.widgets.frames import Snapshot
 from teachspec.widgets.live import Throttle
 from teachspec.widgets.text import TokenText
@@ -151,6 +153,22 @@ class ReplayView(anywidget.AnyWidget):
                 self.send({"start": start}, [b"[" + chunk + b"]"])
             self.empty = "" if self._frames else ("Waiting for events..." if self.following else self.nothing)
             self.publishes += 1
+
+    # -- without a kernel ----------------------------------------------------------------------------------------
+
+    def to_html(self, path: str | Path) -> Path:
+        """Write this view's replay as one self-contained HTML file that plays offline (export.py)."""
+        return export.export_html(self, path)
+
+    def _repr_mimebundle_(self, **kwargs):
+        """The widget, plus the replay as plain HTML for pages with no widget manager (an nbconvert export).
+
+        The HTML holds the frames there are when the view is displayed: all of a replay's, none of a live view's.
+        """
+        data, metadata = super()._repr_mimebundle_(**kwargs)
+        with self._lock:
+            self._publish()  # frames_json up to date (a live view sends deltas between snapshots)
+            return {**data, "text/html": export.fragment(self)}, metadata
 
     # -- live ----------------------------------------------------------------------------------------------------
 
