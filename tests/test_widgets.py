@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import re
 import time
 from dataclasses import fields
 
@@ -17,7 +18,7 @@ from teachspec.engine import Engine
 from teachspec.events import Accept, Draft, EventLog, Evict, Insert, Lock, Match, RequestStart
 from teachspec.models.pair import Pair
 from teachspec.radix import RadixCache
-from teachspec.widgets import RadixTreeView, SpeculationView
+from teachspec.widgets import RadixTreeView, SpeculationView, export_html
 from teachspec.widgets.frames import replay
 from teachspec.widgets.live import Throttle
 
@@ -214,6 +215,28 @@ def test_attach_and_detach():
     log.emit(RequestStart, 1, prompt_tokens=1, prompt=[3])
     time.sleep(0.1)
     assert len(view.frames) == 1  # detached: later events are not shown
+
+
+# -- without a kernel --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("View", [SpeculationView, RadixTreeView])
+def test_a_view_exports_one_page_that_fetches_nothing_and_holds_its_frames(engine, pair, View, tmp_path):
+    view = View(engine.events, decode=pair)
+    page = view.to_html(tmp_path / "replay.html").read_text()
+    (frames,) = re.findall(r'<script type="application/json" id="ts-\w+-frames">(.*?)</script>', page, re.DOTALL)
+    code = page.replace(frames, "")  # the page itself, without the tokens' text
+    assert not re.search(r"\b(src|href)\s*=|\bimport\s*\(|^\s*import\s", code, re.MULTILINE)  # loads nothing
+    assert json.loads(frames) == view.frames and "</script" not in frames
+    data, _ = view._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in data  # the widget, where a widget manager runs
+    assert 'id="ts-' in data["text/html"] and view._css in data["text/html"]  # the same player, elsewhere
+
+
+def test_export_html_takes_a_trace_and_refuses_anything_else(engine, tmp_path):
+    path = export_html(engine.events.save(tmp_path / "trace.jsonl"), tmp_path / "both.html")
+    assert path.read_text().count('<script type="module">') == 2  # a SpeculationView and a RadixTreeView
+    with pytest.raises(TypeError, match="views must be a view, a non-empty list of views, an EventLog or a trace"):
+        export_html([], tmp_path / "none.html")
 
 
 # -- bad input ---------------------------------------------------------------------------------------------------
