@@ -121,15 +121,18 @@ def test_views_render_live_replay_and_play_without_a_kernel(lab, shots):
         # live: sample the views while the generation cell runs; they must grow in several steps
         spec, tree = page.locator(".ts-spec").first, page.locator(".ts-radix").first
         spec.wait_for(timeout=180_000)
-        seen_tokens, seen_nodes = set(), set()
+        seen_tokens, seen_nodes, seen_frames = set(), set(), set()
         deadline = time.monotonic() + 240
         while page.locator(".ts-spec").count() < 2 and time.monotonic() < deadline:  # the replay is cell 3
             seen_tokens.add(spec.locator(".ts-text .tok").count())
             seen_nodes.add(tree.locator("g.ts-node").count())
+            seen_frames.add(spec.locator(".ts-counter").inner_text().split("/")[1])  # the frames it has
             page.wait_for_timeout(150)
         assert page.locator(".ts-spec").count() == 2, "the replay view never appeared"
         assert len(seen_tokens) >= 3, f"the live text did not grow step by step: {sorted(seen_tokens)}"
         assert len(seen_nodes) >= 3, f"the live tree did not change step by step: {sorted(seen_nodes)}"
+        # the frames arrive in many small deltas, not only in the snapshots that double (about log2 of them)
+        assert len(seen_frames) >= 8, f"the live view received few updates: {sorted(seen_frames)}"
         page.wait_for_selector(".jp-RenderedSVG svg, .jp-RenderedImage svg, .jp-OutputArea-output svg text",
                                timeout=120_000)
         page.wait_for_timeout(1500)  # let the live views play through their last frames
