@@ -14,6 +14,7 @@ import torch
 from transformers import AutoTokenizer
 
 from conftest import TOKENIZER_DIR, build_model
+from teachspec.bench.widgets import live_overhead
 from teachspec.engine import Engine
 from teachspec.events import Accept, Draft, EventLog, Evict, Insert, Lock, Match, RequestStart
 from teachspec.models.pair import Pair
@@ -199,6 +200,13 @@ def test_a_live_view_sends_each_frame_about_once_as_deltas_and_doubling_snapshot
     assert shown == view.frames and deltas > 5
     assert wholes <= 2 + math.log2(len(view.frames_json))  # the snapshots double in size
     assert size < 5 * len(view.frames_json)  # not O(frames) bytes per update
+
+
+def test_the_benchmark_measures_what_watching_costs(pair):
+    cost = live_overhead(pair, "def main():", max_new_tokens=8, repeats=1, k=3)
+    assert cost.bare > 0 and cost.live > 0 and cost.bare_cpu > 0 and cost.live_cpu > 0
+    assert 0 < cost.work < 1  # the views did some work, in less time than the run itself
+    assert "watching costs" in str(cost) and "the views' own work" in str(cost)
 
 
 def test_attach_and_detach():

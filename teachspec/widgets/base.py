@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,7 @@ class ReplayView(anywidget.AnyWidget):
         self.interval = float(interval)
         self.failure: Exception | None = None    # what stopped a live view, re-raised by flush() and detach()
         self.publishes = 0                       # times the frames were sent to the browser
+        self.work_s = 0.0                        # CPU seconds the timer thread spent on this view's live updates
         self.items: dict[str, dict] = {}         # the state now: key -> item
         self.meta: dict = {}
         self._lock = threading.RLock()           # the timer thread and the caller's thread both consume events
@@ -215,10 +217,12 @@ class ReplayView(anywidget.AnyWidget):
         """The timer thread's work. An exception here would vanish with the thread, so it is shown in the view."""
         if self.failure is not None:  # the view's state is broken: it shows the error, not later events
             return
+        start = time.thread_time()
         try:
             with self._lock:
                 self._consume(batch)
                 self._publish(whole=False)
+            self.work_s += time.thread_time() - start
         except Exception as e:  # any error at all: shown to the student, kept for flush() and detach() to raise
             self.failure = e
             if self._unsubscribe is not None:
