@@ -142,7 +142,7 @@ class ReplayView(anywidget.AnyWidget):
 
     def _publish(self, whole: bool = True) -> None:
         """Send the frames made since the last time: all of them as `frames_json` if `whole`, else a delta."""
-        with self._lock, self.hold_sync():  # one message to the browser, whatever changed
+        with self._lock, self.hold_sync():  # the traits that changed go in one message
             start, new = self._encoded, self._frames[self._encoded:]
             if new:  # the batch is encoded in one call; its brackets come off so chunks join into one array
                 chunk = json.dumps(new, ensure_ascii=False, separators=(",", ":")).encode()[1:-1]

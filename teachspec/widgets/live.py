@@ -2,7 +2,7 @@
 
 The engine calls its log's subscribers synchronously, inside its decoding loop, so whatever a subscriber does is
 time the engine does not decode. A live view therefore subscribes `Throttle.add`, which appends the event to a
-deque (one C call, no lock: deque appends are atomic) and, if the worker thread is asleep, wakes it. The worker
+deque (atomic, so there is no lock to take) and, if the worker thread is asleep, wakes it. The worker
 waits out the rest of the interval, takes the whole batch and calls `flush(batch)`, which turns the events into
 frames and sends the new ones to the browser in one message. Between bursts the worker sleeps until woken: an
 idle live view costs nothing.
