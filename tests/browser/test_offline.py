@@ -27,21 +27,24 @@ pytestmark = [
 ]
 
 
-def offline_page(p):
-    """A Chromium page that can open file:// and nothing else; returns (browser, page, blocked, errors)."""
+def offline_page(p, allow: str = "file://"):
+    """A Chromium page that reaches only URLs starting with `allow`; returns (browser, page, blocked, errors).
+
+    `blocked` lists each refused request as "<resource type> <url>"; `errors` the page's uncaught exceptions.
+    """
     browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
     page = browser.new_page(viewport={"width": 1200, "height": 900})
     blocked: list[str] = []
     errors: list[str] = []
 
-    def only_files(route):
-        if route.request.url.startswith("file://"):
+    def only_allowed(route):
+        if route.request.url.startswith(allow):
             route.continue_()
         else:
-            blocked.append(route.request.url)
+            blocked.append(f"{route.request.resource_type} {route.request.url}")
             route.abort()
 
-    page.route("**/*", only_files)
+    page.route("**/*", only_allowed)
     page.on("pageerror", lambda e: errors.append(str(e)))
     return browser, page, blocked, errors
 

@@ -15,7 +15,8 @@ import sys
 import nbformat
 import pytest
 
-from test_jupyterlab import CHROMIUM, FLAGS, ROOT, free_port, kernel_env, shots, stop, wait_until_up  # noqa: F401
+from test_jupyterlab import CHROMIUM, ROOT, free_port, kernel_env, shots, stop, wait_until_up  # noqa: F401
+from test_offline import offline_page, steps_through
 
 pytestmark = [
     pytest.mark.browser,
@@ -57,40 +58,13 @@ def voila(tmp_path):
 def test_a_replay_renders_and_steps_in_voila_with_no_network(voila, shots):
     sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright is not installed (pip install playwright)")
     with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
-        page = browser.new_page(viewport={"width": 1200, "height": 900})
-        blocked: list[str] = []
-        errors: list[str] = []
-
-        def local_only(route):
-            if route.request.url.startswith(voila):
-                route.continue_()
-            else:
-                blocked.append(f"{route.request.resource_type} {route.request.url}")
-                route.abort()
-
-        page.route("**/*", local_only)
-        page.on("pageerror", lambda e: errors.append(str(e)))
+        browser, page, blocked, errors = offline_page(p, allow=voila)
         page.goto(voila)
         spec, tree = page.locator(".ts-spec"), page.locator(".ts-radix")
         spec.locator(".ts-text .tok").first.wait_for(timeout=120_000)
         tree.locator("g.ts-node").first.wait_for(timeout=30_000)
-
-        counter, caption = spec.locator(".ts-counter"), spec.locator(".ts-caption")
-        total = int(counter.inner_text().split("/")[1])
-        assert total > 5 and counter.inner_text() == f"{total} / {total}"
-        spec.locator(".ts-slider").fill("0")
-        first = caption.inner_text()
-        spec.locator(".ts-forward").click()
-        assert counter.inner_text() == f"2 / {total}" and caption.inner_text() != first
-        spec.locator(".ts-play").click()
-        page.wait_for_timeout(1200)
-        assert int(counter.inner_text().split("/")[0]) > 2, "play did not advance the frame"
-        spec.locator(".ts-play").click()
-        tree_counter = tree.locator(".ts-counter")
-        tree.locator(".ts-back").click()
-        tree_total = int(tree_counter.inner_text().split("/")[1])
-        assert tree_counter.inner_text() == f"{tree_total - 1} / {tree_total}"
+        steps_through(page, spec)
+        steps_through(page, tree)
         page.screenshot(path=str(shots / "voila.png"), full_page=True)
         browser.close()
     # Voila's own page asks a CDN for its icon font, which this refuses; no script came from anywhere but Voila
