@@ -77,16 +77,16 @@ def alpha_from_distributions(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
 
 # -- checks ------------------------------------------------------------------------------------------------------
 
-def _alpha(alpha: FloatOrArray) -> np.ndarray:
+def _alpha(alpha: FloatOrArray) -> FloatOrArray:
     a = _number_array("alpha", alpha, "in [0, 1]")
-    if not np.all((a >= 0) & (a <= 1)):
+    if not _all((a >= 0) & (a <= 1)):
         raise ValueError(f"alpha must be in [0, 1], got {alpha!r}")
     return a
 
 
-def _c(c: FloatOrArray) -> np.ndarray:
+def _c(c: FloatOrArray) -> FloatOrArray:
     a = _number_array("c", c, ">= 0 (draft pass time / target pass time)")
-    if not np.all(np.isfinite(a) & (a >= 0)):
+    if not _all(np.isfinite(a) & (a >= 0)):
         raise ValueError(f"c must be a finite number >= 0 (draft pass time / target pass time), got {c!r}")
     return a
 
@@ -96,13 +96,22 @@ def _k(name: str, k: int) -> None:
         raise ValueError(f"{name} must be an int >= 0, got {k!r}")
 
 
-def _number_array(name: str, x: FloatOrArray, allowed: str) -> np.ndarray:
+def _number_array(name: str, x: FloatOrArray, allowed: str) -> FloatOrArray:
+    """One number as a float, anything else as a float array."""
     if isinstance(x, (bool, np.bool_)):
         raise ValueError(f"{name} must be a number {allowed}, got {x!r}")
+    if isinstance(x, (int, float)):
+        # stays a Python float: on one number numpy's per-call overhead would be most of the work, and the live
+        # stats strip (widgets/measure.py) asks for a speedup at every step of a running generation
+        return float(x)
     try:
         return np.asarray(x, dtype=float)
     except (TypeError, ValueError):
         raise ValueError(f"{name} must be a number {allowed}, got {x!r}") from None
+
+
+def _all(mask: bool | np.ndarray) -> bool:
+    return bool(mask.all()) if isinstance(mask, np.ndarray) else bool(mask)
 
 
 def _out(x: FloatOrArray) -> FloatOrArray:

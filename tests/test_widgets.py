@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import copy
+import json
+import math
+import re
 import time
 from dataclasses import fields
 
@@ -11,11 +14,12 @@ import torch
 from transformers import AutoTokenizer
 
 from conftest import TOKENIZER_DIR, build_model
+from teachspec.bench.widgets import live_overhead
 from teachspec.engine import Engine
 from teachspec.events import Accept, Draft, EventLog, Evict, Insert, Lock, Match, RequestStart
 from teachspec.models.pair import Pair
 from teachspec.radix import RadixCache
-from teachspec.widgets import RadixTreeView, SpeculationView
+from teachspec.widgets import RadixTreeView, SpeculationView, export_html
 from teachspec.widgets.frames import replay
 from teachspec.widgets.live import Throttle
 
@@ -173,6 +177,38 @@ def test_a_live_view_sends_at_most_about_twenty_updates_a_second():
     assert view.snapshot() == RadixTreeView(log).snapshot()
 
 
+def test_a_live_view_sends_each_frame_about_once_as_deltas_and_doubling_snapshots(engine, pair):
+    """What reaches the browser while following: rebuilt from the messages, it is every frame, in order."""
+    log = EventLog()
+    view = SpeculationView.live(log, decode=pair, interval=0.002)
+    sent = []  # what the comm publishes: no kernel here, so record it where it would leave the process
+    view.comm.publish_msg = lambda msg_type, data=None, metadata=None, buffers=None, **keys: sent.append(
+        (data, buffers))
+    for event in engine.events:
+        re_emit(log, event)
+        time.sleep(0.0005)  # a fast engine: many batches
+    view.detach()
+    shown, wholes, deltas, size = [], 0, 0, 0
+    for data, buffers in sent:
+        if data["method"] == "update" and ["frames_json"] in data["buffer_paths"]:
+            (whole,) = buffers
+            shown, wholes, size = json.loads(bytes(whole)), wholes + 1, size + len(whole)
+        elif data["method"] == "custom":
+            (delta,) = buffers
+            assert data["content"]["start"] == len(shown), "a delta must continue where the browser is"
+            shown, deltas, size = shown + json.loads(bytes(delta)), deltas + 1, size + len(delta)
+    assert shown == view.frames and deltas > 5
+    assert wholes <= 2 + math.log2(len(view.frames_json))  # the snapshots double in size
+    assert size < 5 * len(view.frames_json)  # not O(frames) bytes per update
+
+
+def test_the_benchmark_measures_what_watching_costs(pair):
+    cost = live_overhead(pair, "def main():", max_new_tokens=8, repeats=1, k=3)
+    assert cost.bare > 0 and cost.live > 0 and cost.bare_cpu > 0 and cost.live_cpu > 0
+    assert 0 < cost.work < 1  # the views did some work, in less time than the run itself
+    assert "watching costs" in str(cost) and "the views' own work" in str(cost)
+
+
 def test_attach_and_detach():
     log = EventLog()
     view = SpeculationView(log)
@@ -187,6 +223,28 @@ def test_attach_and_detach():
     log.emit(RequestStart, 1, prompt_tokens=1, prompt=[3])
     time.sleep(0.1)
     assert len(view.frames) == 1  # detached: later events are not shown
+
+
+# -- without a kernel --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("View", [SpeculationView, RadixTreeView])
+def test_a_view_exports_one_page_that_fetches_nothing_and_holds_its_frames(engine, pair, View, tmp_path):
+    view = View(engine.events, decode=pair)
+    page = view.to_html(tmp_path / "replay.html").read_text()
+    (frames,) = re.findall(r'<script type="application/json" id="ts-\w+-frames">(.*?)</script>', page, re.DOTALL)
+    code = page.replace(frames, "")  # the page itself, without the tokens' text
+    assert not re.search(r"\b(src|href)\s*=|\bimport\s*\(|^\s*import\s", code, re.MULTILINE)  # loads nothing
+    assert json.loads(frames) == view.frames and "</script" not in frames
+    data, _ = view._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in data  # the widget, where a widget manager runs
+    assert 'id="ts-' in data["text/html"] and view._css in data["text/html"]  # the same player, elsewhere
+
+
+def test_export_html_takes_a_trace_and_refuses_anything_else(engine, tmp_path):
+    path = export_html(engine.events.save(tmp_path / "trace.jsonl"), tmp_path / "both.html")
+    assert path.read_text().count('<script type="module">') == 2  # a SpeculationView and a RadixTreeView
+    with pytest.raises(TypeError, match="views must be a view, a non-empty list of views, an EventLog or a trace"):
+        export_html([], tmp_path / "none.html")
 
 
 # -- bad input ---------------------------------------------------------------------------------------------------

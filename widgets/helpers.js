@@ -61,6 +61,14 @@ export class Timeline {
     this.frames = frames;
   }
 
+  // A live view's delta (teachspec/widgets/base.py): frames start, start + 1, ... sent alone. Returns false, and
+  // changes nothing, when frames before `start` never arrived; the next full list fills the gap.
+  extend(start, frames) {
+    if (start > this.frames.length) return false;
+    for (const frame of frames.slice(this.frames.length - start)) this.frames.push(frame); // skip any it has
+    return true;
+  }
+
   get length() {
     return this.frames.length;
   }

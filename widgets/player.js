@@ -125,13 +125,19 @@ export function follow(model, timeline, player, message, error) {
     player.setCount(timeline.length, arriving);
   };
   const onFrames = () => update(true);
+  const onDelta = (message, buffers) => {
+    if (message.start === undefined || !buffers?.length) return;
+    if (timeline.extend(message.start, decodeFrames(buffers[0]))) player.setCount(timeline.length, true);
+  };
   model.on("change:frames_json", onFrames);
+  model.on("msg:custom", onDelta);
   model.on("change:empty", words);
   model.on("change:error", words);
   update(false);
   return () => {
     player.destroy();
     model.off("change:frames_json", onFrames);
+    model.off("msg:custom", onDelta);
     model.off("change:empty", words);
     model.off("change:error", words);
   };

@@ -8,11 +8,19 @@
     charts.acceptance_by_position(log)                 plotly figures of a whole run (see charts.py)
 
 A view reads nothing but events, so any trace saved with `EventLog.save` replays in it. Its frames are computed
-once in Python and stepped through in the browser (play, pause, step, slider, speed), kernel or not.
+once in Python and stepped through in the browser (play, pause, step, slider, speed), kernel or not:
+
+    view.to_html("replay.html")                        ONE self-contained page that plays from file://, offline
+    export_html("trace.jsonl", "replay.html")          both views of a saved trace, the same way
+    voila lecture.ipynb                                the views as a web page, served from this machine
+    jupyter nbconvert --to html lecture.ipynb          each view's text/html: the same player as to_html, shown
+                                                       when the notebook holds no widget state (nbconvert's
+                                                       widget output needs a CDN, so it fails offline)
 """
 
 from teachspec.widgets import charts
+from teachspec.widgets.export import export_html
 from teachspec.widgets.radix import RadixTreeView
 from teachspec.widgets.speculation import SpeculationView
 
-__all__ = ["RadixTreeView", "SpeculationView", "charts"]
+__all__ = ["RadixTreeView", "SpeculationView", "charts", "export_html"]

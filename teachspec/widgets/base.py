@@ -12,22 +12,35 @@ changes as a frame (frames.py) and sends the frames to the browser:
 Either way the result is the same list of frames: a test checks that a view following a log live holds, after
 every event, exactly the state a view replaying the same events would.
 
-How the frames travel matters once a log is long. A synced trait is sent whole each time it is set, and a list of
-dicts would be walked and JSON-encoded again on every update, costing O(all frames) twenty times a second. So each
-frame is encoded once, when it is made, and the trait `frames_json` holds the bytes of one JSON array: setting it
-joins bytes, and the widget protocol ships bytes as a binary buffer, unparsed. The browser parses it.
+How the frames travel matters once a log is long. A synced trait is sent whole each time it is set, so setting
+all frames twenty times a second would cost O(all frames) per update: in the kernel, on the wire and in the
+browser, which parses them again. So a live view sends *snapshot plus deltas*:
+
+    frames_json   the trait: the bytes of one JSON array of every frame, set when a replay view is built, on
+                  flush() and detach(), and while following only when the frames have doubled in size since it
+                  was last set (so each frame travels in it O(1) times on average)
+    a message     at every other update: {"start": n} and one buffer holding frames n, n + 1, ... as a JSON array
+
+The browser appends each delta whose `start` is the number of frames it has; one that leaves a gap (a view
+displayed while the engine runs can miss the first messages) is ignored until the next `frames_json`, which holds
+everything. Saved widget state, an HTML export and Voila read `frames_json`, complete once the view stops
+following. Each new batch of frames is JSON-encoded once, in one call, and kept as bytes: setting the trait joins
+bytes, and the widget protocol ships bytes as a binary buffer, unparsed.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
+from pathlib import Path
 from typing import Any
 
 import anywidget
 import traitlets
 
 from teachspec.events import Event, EventLog
+from teachspec.widgets import export
 from teachspec.widgets.frames import Snapshot
 from teachspec.widgets.live import Throttle
 from teachspec.widgets.text import TokenText
@@ -51,11 +64,14 @@ class ReplayView(anywidget.AnyWidget):
         self.interval = float(interval)
         self.failure: Exception | None = None    # what stopped a live view, re-raised by flush() and detach()
         self.publishes = 0                       # times the frames were sent to the browser
+        self.work_s = 0.0                        # CPU seconds the timer thread spent on this view's live updates
         self.items: dict[str, dict] = {}         # the state now: key -> item
         self.meta: dict = {}
         self._lock = threading.RLock()           # the timer thread and the caller's thread both consume events
         self._frames: list[dict] = []
-        self._encoded: list[bytes] = []          # each frame as JSON, encoded once
+        self._chunks: list[bytes] = []           # the frames as JSON, one chunk per batch: b'{..},{..}', no brackets
+        self._encoded = 0                        # frames in the chunks so far
+        self._size = self._synced = 0            # bytes in the chunks, and in them when frames_json was last set
         self._changed: dict[str, bool] = {}      # keys the current event put or dropped -> did it exist before
         self._caption, self._event = "", -1      # of the newest frame
         self._seen = 0                           # events consumed: the index of the next one
@@ -122,14 +138,39 @@ class ReplayView(anywidget.AnyWidget):
                     frame["meta"] = self.meta = meta
                 self._changed = {}
                 self._frames.append(frame)
-                self._encoded.append(json.dumps(frame, ensure_ascii=False, separators=(",", ":")).encode())
                 self._caption, self._event = caption, index
 
-    def _publish(self) -> None:
-        with self._lock, self.hold_sync():  # one message to the browser, whatever changed
-            self.frames_json = b"[" + b",".join(self._encoded) + b"]"
+    def _publish(self, whole: bool = True) -> None:
+        """Send the frames made since the last time: all of them as `frames_json` if `whole`, else a delta."""
+        with self._lock, self.hold_sync():  # the traits that changed go in one message
+            start, new = self._encoded, self._frames[self._encoded:]
+            if new:  # the batch is encoded in one call; its brackets come off so chunks join into one array
+                chunk = json.dumps(new, ensure_ascii=False, separators=(",", ":")).encode()[1:-1]
+                self._chunks.append(chunk)
+                self._encoded, self._size = len(self._frames), self._size + len(chunk)
+            if whole or self._size > 2 * self._synced:
+                self.frames_json = b"[" + b",".join(self._chunks) + b"]"
+                self._synced = self._size
+            elif new:
+                self.send({"start": start}, [b"[" + chunk + b"]"])
             self.empty = "" if self._frames else ("Waiting for events..." if self.following else self.nothing)
             self.publishes += 1
+
+    # -- without a kernel ----------------------------------------------------------------------------------------
+
+    def to_html(self, path: str | Path) -> Path:
+        """Write this view's replay as one self-contained HTML file that plays offline (export.py)."""
+        return export.export_html(self, path)
+
+    def _repr_mimebundle_(self, **kwargs):
+        """The widget, plus the replay as plain HTML for pages with no widget manager (an nbconvert export).
+
+        The HTML holds the frames there are when the view is displayed: all of a replay's, none of a live view's.
+        """
+        data, metadata = super()._repr_mimebundle_(**kwargs)
+        with self._lock:
+            self._publish()  # frames_json up to date (a live view sends deltas between snapshots)
+            return {**data, "text/html": export.fragment(self)}, metadata
 
     # -- live ----------------------------------------------------------------------------------------------------
 
@@ -150,13 +191,14 @@ class ReplayView(anywidget.AnyWidget):
         return self
 
     def flush(self) -> "ReplayView":
-        """Turn every buffered event into frames and send them now, instead of at the next tick."""
+        """Turn every buffered event into frames and send them all now, instead of at the next tick."""
         if self.failure is not None:
             raise self.failure
         if self._throttle is not None:
-            with self._lock:
-                self._consume(self._throttle.take())
-                self._publish()
+            self._throttle.hand_over()  # in this thread, in turn with the timer's hand-overs
+            self._publish()
+        if self.failure is not None:
+            raise self.failure
         return self
 
     def detach(self) -> "ReplayView":
@@ -173,10 +215,14 @@ class ReplayView(anywidget.AnyWidget):
 
     def _flush_live(self, batch: list[Event]) -> None:
         """The timer thread's work. An exception here would vanish with the thread, so it is shown in the view."""
+        if self.failure is not None:  # the view's state is broken: it shows the error, not later events
+            return
+        start = time.thread_time()
         try:
             with self._lock:
                 self._consume(batch)
-                self._publish()
+                self._publish(whole=False)
+            self.work_s += time.thread_time() - start
         except Exception as e:  # any error at all: shown to the student, kept for flush() and detach() to raise
             self.failure = e
             if self._unsubscribe is not None:

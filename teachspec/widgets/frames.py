@@ -12,7 +12,7 @@ event would cost O(events x items); each event that changes the view becomes a *
 
 Applying frames 0 .. n to an empty snapshot gives the snapshot after frame n. The browser does exactly that
 (`applyFrame` in widgets/helpers.js), which is why play, pause, step and the slider work with no kernel behind
-them: in a notebook exported to HTML with its widget state, or in Voila.
+them: in Voila, in a page written by `export_html` (export.py), in a notebook exported by nbconvert.
 """
 
 from __future__ import annotations

@@ -13,11 +13,16 @@ recently touched nodes are kept, each with its path to the root, in that order u
 nodes deeper than `max_depth` are never kept. A kept node whose children are not all kept gets one "+N" stub, its
 last child, standing for the N nodes folded under it. Every step is deterministic, so replaying a log always
 draws the same pictures.
+
+The view folds after every event, so folding must not cost O(all nodes): a tree of thousands of nodes would then
+take minutes to replay. The nodes carry their depth and their subtree's size, kept up to date by the view as
+events arrive, and the view hands over its nodes in recency order; folding then looks at about 2 * max_nodes
+nodes (each one it looks at is either kept or already kept, until one does not fit), whatever the tree's size.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -27,7 +32,9 @@ class TreeNode(Protocol):
     parent: int | None            # None for the root
     children: list[int]           # in creation order
     tokens: int
-    touched: int                  # when it was last reached: larger is more recent
+    depth: int                    # the root's is 0
+    size: int                     # nodes in its subtree, itself included
+    weight: int                   # tokens in its subtree, its own included
 
 
 @dataclass(slots=True)
@@ -42,30 +49,20 @@ class Spot:
     y: int                                # row: the depth, the root on row 0
 
 
-def depths(nodes: Mapping[int, TreeNode], root: int = 0) -> dict[int, int]:
-    out, stack = {root: 0}, [root]
-    while stack:  # an explicit stack: a long chain of nodes must not hit Python's recursion limit
-        n = stack.pop()
-        for c in nodes[n].children:
-            out[c] = out[n] + 1
-            stack.append(c)
-    return out
-
-
-def fold(nodes: Mapping[int, TreeNode], max_nodes: int, max_depth: int, root: int = 0) -> Fold:
-    """Which nodes to draw (the recent ones and their paths), and the "+N" stubs for the rest."""
-    depth = depths(nodes, root)
+def fold(nodes: Mapping[int, TreeNode], recent: Iterable[int], max_nodes: int, max_depth: int,
+         root: int = 0) -> Fold:
+    """Which nodes to draw (the `recent` ones, most recent first, and their paths), and "+N" stubs for the rest."""
     kept, shown = {root}, {root: 0}  # shown[n]: how many of n's children are kept
 
     def stub(n: int, extra: int = 0) -> bool:
         return len(nodes[n].children) > shown[n] + extra
 
     stubs = int(stub(root))
-    recent = sorted((n for n in nodes.values() if n.id != root and depth[n.id] <= max_depth),
-                    key=lambda n: (-n.touched, n.id))
     for node in recent:
+        if node == root or nodes[node].depth > max_depth:
+            continue
         chain = []  # node and its ancestors up to (not including) the first kept one, bottom to top
-        n = node.id
+        n = node
         while n not in kept:
             chain.append(n)
             n = nodes[n].parent
@@ -82,12 +79,11 @@ def fold(nodes: Mapping[int, TreeNode], max_nodes: int, max_depth: int, root: in
             kept.add(c)
             shown[c] = int(i > 0)
 
-    sizes = _subtree_sizes(nodes, root)
     folded = {}
     for n in kept:
-        hidden = [c for c in nodes[n].children if c not in kept]
+        hidden = [nodes[c] for c in nodes[n].children if c not in kept]
         if hidden:
-            folded[n] = (sum(sizes[c][0] for c in hidden), sum(sizes[c][1] for c in hidden))
+            folded[n] = (sum(c.size for c in hidden), sum(c.weight for c in hidden))
     return Fold(kept, folded)
 
 
@@ -114,19 +110,3 @@ def place(nodes: Mapping[int, TreeNode], fold: Fold, root: int = 0) -> tuple[dic
 
     visit(root, 0)
     return spots, stub_spots
-
-
-def _subtree_sizes(nodes: Mapping[int, TreeNode], root: int) -> dict[int, tuple[int, int]]:
-    """(nodes, tokens) in each node's subtree, itself included."""
-    order, stack = [], [root]
-    while stack:
-        n = stack.pop()
-        order.append(n)
-        stack.extend(nodes[n].children)
-    sizes: dict[int, tuple[int, int]] = {}
-    for n in reversed(order):  # children before their parents
-        count, tokens = 1, nodes[n].tokens
-        for c in nodes[n].children:
-            count, tokens = count + sizes[c][0], tokens + sizes[c][1]
-        sizes[n] = (count, tokens)
-    return sizes

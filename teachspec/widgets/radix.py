@@ -44,7 +44,9 @@ class Node:
     ids: list[int] | None = None        # the run itself, when the view could recover it (see the docstring)
     locks: int = 0
     children: list[int] = field(default_factory=list)  # in creation order: what keeps the layout stable
-    touched: int = 0                    # index of the last event that reached it: folding keeps recent ones
+    depth: int = 0                      # the root's is 0
+    size: int = 1                       # nodes in its subtree, itself included  } kept up to date here, so
+    weight: int = 0                     # tokens in its subtree                   } folding never walks the tree
 
 
 class RadixTreeView(ReplayView):
@@ -63,6 +65,8 @@ class RadixTreeView(ReplayView):
             raise ValueError(f"max_depth must be an int >= 1, got {max_depth!r}")
         self.budget, self.max_nodes, self.max_depth = budget, max_nodes, max_depth
         self.nodes: dict[int, Node] = {0: Node(0, None, 0, [])}
+        self._recency: dict[int, None] = {}            # node ids, least recently touched first (folding keeps
+        self._touched: set[int] = set()                # the recent ones); and those the current event touched
         self.total = self.protected = 0                # tokens cached, and locked among them
         self._sequences: dict[int, list[int]] = {}     # request -> its prompt and new tokens so far
         self._gone: dict[int, int] = {}                # evicted node id -> the event that evicted it
@@ -90,6 +94,10 @@ class RadixTreeView(ReplayView):
             self._fading = None
         self._marks = {}
         caption = self._rebuild(e, index)
+        for node_id in sorted(self._touched, reverse=True):  # the newest last; among them, the smallest id
+            self._recency.pop(node_id, None)
+            self._recency[node_id] = None
+        self._touched.clear()
         self._replace(self._drawn())
         return caption
 
@@ -102,16 +110,19 @@ class RadixTreeView(ReplayView):
         if isinstance(e, Match):
             path = [node(i) for i in e.path]
             self._matched, self._match_length = e.path, e.length
-            self._touch(path, index)
+            self._touch(path)
             return f"lookup: {e.length} tokens cached, path {' -> '.join(map(str, e.path))}"
         if isinstance(e, Insert):
             parent = node(e.parent)
-            self._touch([parent], index)
+            self._touch([parent])
             if e.node == -1:
                 return f"insert: all {e.cached} tokens were cached already, nothing new to store"
             self._new_id(e.node, e, index)
-            self.nodes[e.node] = leaf = Node(e.node, e.parent, e.tokens, self._recover(e, parent), touched=index)
+            self.nodes[e.node] = leaf = Node(e.node, e.parent, e.tokens, self._recover(e, parent),
+                                             depth=parent.depth + 1, weight=e.tokens)
             parent.children.append(e.node)
+            self._grow(parent, 1, e.tokens)
+            self._touch([leaf])
             self.total += e.tokens
             self._marks[e.node] = "new"
             return (f"insert: {e.tokens} new tokens as node {e.node} under node {e.parent} "
@@ -125,11 +136,15 @@ class RadixTreeView(ReplayView):
                                  f"{cut.tokens} tokens (0 < at < {cut.tokens})")
             self._new_id(e.new, e, index)
             head = Node(e.new, e.parent, e.at, ids=cut.ids[:e.at] if cut.ids else None, locks=cut.locks,
-                        children=[e.node], touched=index)
+                        children=[e.node], depth=cut.depth, size=cut.size + 1, weight=cut.weight)
             parent.children[parent.children.index(e.node)] = e.new  # the head takes the cut node's place
-            cut.parent, cut.tokens, cut.touched = e.new, cut.tokens - e.at, index
+            cut.parent, cut.tokens, cut.weight = e.new, cut.tokens - e.at, cut.weight - e.at
             cut.ids = cut.ids[e.at:] if cut.ids else None
             self.nodes[e.new] = head
+            self._grow(parent, 1, 0)
+            for n in self._subtree(cut):  # the cut subtree hangs one row lower now
+                n.depth += 1
+            self._touch([head, cut])
             self._marks[e.new] = self._marks[e.node] = "split"
             return f"split: node {e.node} is cut after {e.at} tokens; new node {e.new} holds them{self._quote(head)}"
         if isinstance(e, Evict):
@@ -154,7 +169,7 @@ class RadixTreeView(ReplayView):
             raise ValueError(f"{describe(e, index)}: the event says node {e.node} has {e.locks} locks, but the "
                              f"view counted {path[0].locks}; did it miss events from the start of the log?")
         self.protected = e.protected
-        self._touch(path, index)
+        self._touch(path)
         verb = "lock" if step == 1 else "unlock"
         if not path:
             return f"{verb}: the lookup matched nothing, so there is no path to protect"
@@ -183,11 +198,29 @@ class RadixTreeView(ReplayView):
 
     def _remove(self, node_id: int) -> None:
         gone = self.nodes.pop(node_id)
-        self.nodes[gone.parent].children.remove(node_id)
+        del self._recency[node_id]
+        parent = self.nodes[gone.parent]
+        parent.children.remove(node_id)
+        self._grow(parent, -1, -gone.tokens)
 
-    def _touch(self, nodes: list[Node], index: int) -> None:
-        for n in nodes:
-            n.touched = index
+    def _touch(self, nodes: list[Node]) -> None:
+        self._touched.update(n.id for n in nodes)
+
+    def _grow(self, node: Node, size: int, weight: int) -> None:
+        """Add to the subtree sizes of `node` and of every node above it."""
+        while True:
+            node.size, node.weight = node.size + size, node.weight + weight
+            if node.parent is None:
+                return
+            node = self.nodes[node.parent]
+
+    def _subtree(self, node: Node) -> list[Node]:
+        out, stack = [], [node]
+        while stack:  # an explicit stack: a long chain of nodes must not hit Python's recursion limit
+            n = stack.pop()
+            out.append(n)
+            stack.extend(self.nodes[c] for c in n.children)
+        return out
 
     def _recover(self, e: Insert, parent: Node) -> list[int] | None:
         """The new leaf's token ids: its request's tokens after the `cached` ones, if the path agrees."""
@@ -210,7 +243,7 @@ class RadixTreeView(ReplayView):
 
     def _drawn(self) -> dict[str, dict]:
         """The items to draw: the kept nodes where the layout puts them, and the "+N" stubs."""
-        folded = layout.fold(self.nodes, self.max_nodes, self.max_depth)
+        folded = layout.fold(self.nodes, reversed(self._recency), self.max_nodes, self.max_depth)
         spots, stubs = layout.place(self.nodes, folded)
         matched = set(self._matched)
         items = {}

@@ -26,6 +26,7 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run"]
 HERE = Path(__file__).parent
+ROOT = HERE.parents[1]
 
 pytestmark = [
     pytest.mark.browser,
@@ -37,6 +38,32 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def kernel_env() -> dict[str, str]:
+    """The environment for servers and kernels: teachspec imported from this checkout, whatever is installed."""
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}
+
+
+def wait_until_up(url: str, server: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            urllib.request.urlopen(url, timeout=2)
+            return
+        except OSError:
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the server did not start: {log.read_text()[-2000:]}")
+            time.sleep(0.5)
+
+
+def stop(server: subprocess.Popen) -> None:
+    os.killpg(server.pid, signal.SIGTERM)  # the server and the kernels it started, nothing else
+    try:
+        server.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(server.pid, signal.SIGKILL)
 
 
 @pytest.fixture
@@ -53,8 +80,7 @@ def lab(tmp_path):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(values))
     port, token = free_port(), secrets.token_hex(16)
-    env = {**os.environ, "JUPYTERLAB_SETTINGS_DIR": str(settings), "JUPYTER_RUNTIME_DIR": str(tmp_path / "run"),
-           "OMP_NUM_THREADS": "1"}
+    env = {**kernel_env(), "JUPYTERLAB_SETTINGS_DIR": str(settings), "JUPYTER_RUNTIME_DIR": str(tmp_path / "run")}
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", "--ServerApp.ip=127.0.0.1",
          f"--IdentityProvider.token={token}", "--LabApp.expose_app_in_browser=True",
@@ -62,22 +88,10 @@ def lab(tmp_path):
         env=env, stdout=subprocess.DEVNULL, stderr=open(tmp_path / "server.log", "w"), start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2)
-                break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"JupyterLab did not start: {(tmp_path / 'server.log').read_text()[-2000:]}")
-                time.sleep(0.5)
+        wait_until_up(f"{url}/api/status?token={token}", server, tmp_path / "server.log")
         yield url, token
     finally:
-        os.killpg(server.pid, signal.SIGTERM)  # the server and the kernels it started, nothing else
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
+        stop(server)
 
 
 @pytest.fixture
@@ -107,15 +121,18 @@ def test_views_render_live_replay_and_play_without_a_kernel(lab, shots):
         # live: sample the views while the generation cell runs; they must grow in several steps
         spec, tree = page.locator(".ts-spec").first, page.locator(".ts-radix").first
         spec.wait_for(timeout=180_000)
-        seen_tokens, seen_nodes = set(), set()
+        seen_tokens, seen_nodes, seen_frames = set(), set(), set()
         deadline = time.monotonic() + 240
         while page.locator(".ts-spec").count() < 2 and time.monotonic() < deadline:  # the replay is cell 3
             seen_tokens.add(spec.locator(".ts-text .tok").count())
             seen_nodes.add(tree.locator("g.ts-node").count())
+            seen_frames.add(spec.locator(".ts-counter").inner_text().split("/")[1])  # the frames it has
             page.wait_for_timeout(150)
         assert page.locator(".ts-spec").count() == 2, "the replay view never appeared"
         assert len(seen_tokens) >= 3, f"the live text did not grow step by step: {sorted(seen_tokens)}"
         assert len(seen_nodes) >= 3, f"the live tree did not change step by step: {sorted(seen_nodes)}"
+        # the frames arrive in many small deltas, not only in the snapshots that double (about log2 of them)
+        assert len(seen_frames) >= 8, f"the live view received few updates: {sorted(seen_frames)}"
         page.wait_for_selector(".jp-RenderedSVG svg, .jp-RenderedImage svg, .jp-OutputArea-output svg text",
                                timeout=120_000)
         page.wait_for_timeout(1500)  # let the live views play through their last frames

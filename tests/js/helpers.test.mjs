@@ -93,6 +93,19 @@ test("Timeline keeps its place when frames are appended, and starts over when th
   assert.equal(timeline.n, -1);
 });
 
+test("Timeline.extend appends a live delta, skips frames it has, and refuses one that leaves a gap", () => {
+  const frames = someFrames(30);
+  const whole = new Timeline(frames);
+  const timeline = new Timeline(frames.slice(0, 10));
+  timeline.stateAt(9);
+  assert.equal(timeline.extend(10, frames.slice(10, 15)), true);
+  assert.equal(timeline.extend(12, frames.slice(12, 20)), true); // 12..14 again: only 15..19 are new
+  assert.equal(timeline.n, 9);
+  assert.equal(timeline.extend(25, frames.slice(25)), false); // 20..24 never came
+  assert.equal(timeline.length, 20);
+  for (let n = 19; n >= 0; n--) assert.deepEqual(plain(timeline.stateAt(n)), plain(whole.stateAt(n)));
+});
+
 test("tokens read as text in the flow and with visible whitespace on their own", () => {
   assert.equal(tokenLabel(" the\n", 5), "␣the↵");
   assert.equal(tokenLabel("\t", 5), "⇥");
