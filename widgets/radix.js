@@ -48,7 +48,7 @@ function drawMemory(box, meta) {
 function render({ model, el }) {
   el.classList.add("ts-view", "ts-radix");
   const program = document.createElement("div"); // the program step running (teachspec.program), if any
-  program.className = "ts-caption ts-program";
+  program.className = "ts-program";
   const caption = document.createElement("div");
   caption.className = "ts-caption";
   const wrap = document.createElement("div");
