@@ -10,10 +10,43 @@ from __future__ import annotations
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
+from transformers.cache_utils import DynamicLayer
+
+
+class GrowingLayer(DynamicLayer):
+    """One layer's keys and values, appended in place into spare room that doubles when full.
+
+    transformers' `DynamicLayer` concatenates on every update, so each decode step copies the whole cache (1,700
+    tokens of the bundled target are 31 MB a step): decoding slows as the context grows. Here an update writes
+    only the new tokens, and the room is copied only when it doubles, as a Python list grows. `keys` and `values`
+    stay what transformers reads: views of the first n positions. Cropping (transformers' own `crop`) just
+    shortens those views, and the next update overwrites the forgotten positions. A layer handed tensors it does
+    not own (a reused prefix glued in by `assemble`) copies them into fresh room before its first write, so
+    nothing stored elsewhere is ever written into.
+    """
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        n = self.keys.shape[-2] if self.keys.dim() == key_states.dim() else 0  # a fresh layer holds an empty 1-D tensor
+        new = key_states.shape[-2]
+        room = getattr(self, "room", None)
+        if room is None or room[0].data_ptr() != self.keys.data_ptr() or room[0].shape[-2] < n + new:
+            shape = (*key_states.shape[:-2], max(2 * (n + new), 64), key_states.shape[-1])  # (B, heads, room, d)
+            room = (key_states.new_empty(shape), value_states.new_empty(shape))
+            if n:
+                room[0][..., :n, :], room[1][..., :n, :] = self.keys, self.values
+            self.room = room
+        room[0][..., n:n + new, :], room[1][..., n:n + new, :] = key_states, value_states
+        self.keys, self.values = room[0][..., :n + new, :], room[1][..., :n + new, :]
+        return self.keys, self.values
 
 
 def new_cache(model: PreTrainedModel) -> DynamicCache:
-    return DynamicCache(config=model.config)
+    """An empty cache for `model`, its full-attention layers growing in place (`GrowingLayer`)."""
+    cache = DynamicCache(config=model.config)
+    cache.layers = [GrowingLayer() if type(layer) is DynamicLayer else layer for layer in cache.layers]
+    return cache
 
 
 def length(cache: DynamicCache) -> int:
@@ -47,9 +80,10 @@ class KVSlice:
     """The keys and values of a run of n tokens, for every layer of one model: `layers[i] = (keys, values)`, each
     `(1, heads, n, head_dim)`.
 
-    Slicing copies a piece that is less than half of the memory it views, so a small piece never keeps a large
-    cache alive; a larger piece stays a view of that memory (a finished request's whole new KV, stored as it is,
-    costs no copy: that is most of what the cache would add to a request that reuses nothing)."""
+    Slicing copies a piece that is less than a quarter of the memory it views, so a small piece never keeps a
+    large cache alive; a larger piece stays a view of that memory (a finished request's whole new KV, stored as it
+    is, costs no copy: that is most of what the cache would add to a request that reuses nothing). A quarter, not
+    a half, because a `GrowingLayer` keeps up to twice its tokens' room."""
 
     def __init__(self, layers: list[tuple[torch.Tensor, torch.Tensor]]):
         self.layers = layers
@@ -63,7 +97,7 @@ class KVSlice:
         pieces = []
         for k, v in self.layers:
             k, v = k[:, :, index], v[:, :, index]
-            if 2 * k.nbytes < k.untyped_storage().nbytes():
+            if 4 * k.nbytes < k.untyped_storage().nbytes():
                 k, v = k.clone(), v.clone()
             pieces.append((k, v))
         return KVSlice(pieces)

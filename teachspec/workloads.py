@@ -348,7 +348,7 @@ def _multiple_choice(texts: _Texts, n_tokens: int) -> tuple[str, str]:
 
 
 def multi_turn(n_conversations: int = 4, turns: int = 6, message_tokens: int = 32, max_new_tokens: int = 8,
-               system_tokens: int = 1000, *, seed: int = 0, encode: Encoder | Pair | None = None) -> Workload:
+               system_tokens: int = 1500, *, seed: int = 0, encode: Encoder | Pair | None = None) -> Workload:
     """Chats in which every turn's prompt is the whole conversation so far, after one shared system prompt.
 
     The system prompt (an instruction and a ~`system_tokens`-token reference passage; 0 for the instruction

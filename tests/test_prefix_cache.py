@@ -189,3 +189,23 @@ def test_a_small_slice_of_kv_is_copied_and_a_large_one_shares_its_memory(pair):
         assert len(piece) == b - a
         for (k, v), layer in zip(piece.layers, cache.layers):
             assert torch.equal(k, layer.keys[:, :, a:b]) and torch.equal(v, layer.values[:, :, a:b])
+
+
+def test_a_cache_grows_in_place_and_never_writes_into_a_reused_prefix(pair):
+    prompt = list(range(5, 105))
+    cache = kv.new_cache(pair.target)
+    kv.forward(pair.target, prompt, cache, 1, pair.vocab_size)
+    storage = cache.layers[0].keys.untyped_storage().data_ptr()
+    for token in (7, 8, 9):  # decode steps append into the spare room: no copy of the whole cache
+        kv.forward(pair.target, [token], cache, 1, pair.vocab_size)
+    assert cache.layers[0].keys.untyped_storage().data_ptr() == storage and kv.length(cache) == 103
+
+    stored = kv.view(cache, 0, 103)[0:103]  # what the tree keeps: it shares that room
+    before = [k.clone() for k, _ in stored.layers]
+    reused = kv.assemble(pair.target, [stored])
+    kv.forward(pair.target, [1, 2, 3], reused, 1, pair.vocab_size)
+    kv.crop_to(reused, 104)  # a rejected guess forgotten; the next step writes over its place
+    got = kv.forward(pair.target, [4, 5], reused, 1, pair.vocab_size)
+    assert all(torch.equal(k, b) for (k, _), b in zip(stored.layers, before))  # the stored prefix is untouched
+    full = kv.forward(pair.target, prompt + [7, 8, 9, 1, 4, 5], kv.new_cache(pair.target), 1, pair.vocab_size)
+    assert torch.allclose(got, full, atol=1e-5)
