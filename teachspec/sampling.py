@@ -65,10 +65,11 @@ def warp(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     if not isinstance(logits, torch.Tensor) or not logits.is_floating_point() or logits.dim() == 0:
         got = f"{logits.dtype} of shape {tuple(logits.shape)}" if isinstance(logits, torch.Tensor) else type(logits)
         raise ValueError(f"logits must be a floating-point tensor of shape (..., vocab), got {got}")
-    if torch.isnan(logits).any() or torch.isposinf(logits).any():
-        raise ValueError("logits must not contain NaN or +inf")
-    if torch.isneginf(logits).all(-1).any():
-        raise ValueError("every row of logits needs at least one finite value (a row is all -inf)")
+    if not torch.isfinite(logits).all():  # one pass in the usual case; the details only when something is off
+        if torch.isnan(logits).any() or torch.isposinf(logits).any():
+            raise ValueError("logits must not contain NaN or +inf")
+        if torch.isneginf(logits).all(-1).any():
+            raise ValueError("every row of logits needs at least one finite value (a row is all -inf)")
     logits = logits.to(torch.float64 if logits.dtype == torch.float64 else torch.float32)
 
     if params.greedy:

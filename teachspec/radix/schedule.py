@@ -74,7 +74,7 @@ def _as_prompts(prompts: Sequence[Sequence[int]]) -> list[Prompt]:
             raise TypeError(f"prompts[{i}] must be a list of token ids, got {type(p).__name__}")
         if not p:
             raise ValueError(f"prompts[{i}] is empty: a request needs at least one prompt token")
-        if all(type(t) is int for t in p) and min(p) >= 0:  # the usual case, checked quickly (lpm re-ranks often)
+        if set(map(type, p)) <= {int} and min(p) >= 0:  # the usual case, checked quickly (lpm re-ranks often)
             out.append(tuple(p))
             continue
         for j, t in enumerate(p):

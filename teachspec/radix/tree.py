@@ -139,7 +139,7 @@ def _as_tokens(tokens: Any) -> tuple[int, ...]:
             or not hasattr(tokens, "__getitem__"):
         raise TypeError(f"tokens must be a sequence of token ids (a list, tuple or 1-D integer array), "
                         f"got {type(tokens).__name__}")
-    if all(type(t) is int for t in tokens) and (not len(tokens) or min(tokens) >= 0):
+    if set(map(type, tokens)) <= {int} and (not len(tokens) or min(tokens) >= 0):
         return tuple(tokens)  # the usual case, checked quickly: every lookup of a long prompt passes here
     for i, t in enumerate(tokens):
         if not isinstance(t, Integral) or isinstance(t, bool):
