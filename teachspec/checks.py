@@ -17,6 +17,8 @@ def check_prompt(prompt, encode) -> list[int]:
     """A prompt is text or a list of token ids; either way it must hold at least one token."""
     if isinstance(prompt, str):
         ids = encode(prompt)
+    elif isinstance(prompt, (list, tuple)) and set(map(type, prompt)) <= {int} and (not prompt or min(prompt) >= 0):
+        ids = list(prompt)  # the usual case, checked in one pass: plain non-negative ints
     elif isinstance(prompt, (list, tuple)):
         ids = [check_int(f"prompt[{i}]", t, 0) for i, t in enumerate(prompt)]
     else:

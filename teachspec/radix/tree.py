@@ -218,11 +218,14 @@ class RadixCache:
         how many of that node's tokens matched)."""
         node, path, i = self.root, [self.root], 0
         while i < len(key) and (child := node.children.get(self._first(key, i))) is not None:
-            n = 0
-            for a, b in zip(child.key, key[i:]):
-                if a != b:
-                    break
-                n += 1
+            if key[i:i + len(child.key)] == child.key:  # the usual case, compared in one step: the whole edge
+                n = len(child.key)
+            else:
+                n = 0
+                for a, b in zip(child.key, key[i:]):
+                    if a != b:
+                        break
+                    n += 1
             n -= n % self.page_size  # a page is shared only if all of it is; the first page always is
             i += n
             if n < len(child.key):
