@@ -13,12 +13,18 @@ def check_int(name: str, value, minimum: int | None = None) -> int:
     return int(value)
 
 
+def plain_token_ids(seq) -> bool:
+    """True when every item is a plain non-negative int: the usual case, checked in one pass at C speed, so the
+    per-item checks with their precise messages only run when something is off (long prompts pass here often)."""
+    return set(map(type, seq)) <= {int} and (not len(seq) or min(seq) >= 0)
+
+
 def check_prompt(prompt, encode) -> list[int]:
     """A prompt is text or a list of token ids; either way it must hold at least one token."""
     if isinstance(prompt, str):
         ids = encode(prompt)
-    elif isinstance(prompt, (list, tuple)) and set(map(type, prompt)) <= {int} and (not prompt or min(prompt) >= 0):
-        ids = list(prompt)  # the usual case, checked in one pass: plain non-negative ints
+    elif isinstance(prompt, (list, tuple)) and plain_token_ids(prompt):
+        ids = list(prompt)
     elif isinstance(prompt, (list, tuple)):
         ids = [check_int(f"prompt[{i}]", t, 0) for i, t in enumerate(prompt)]
     else:

@@ -25,12 +25,16 @@ class GrowingLayer(DynamicLayer):
     nothing stored elsewhere is ever written into.
     """
 
+    def __init__(self):
+        super().__init__()
+        self.room: tuple[torch.Tensor, torch.Tensor] | None = None  # (keys, values), each (B, heads, room, d)
+
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         n = self.keys.shape[-2] if self.keys.dim() == key_states.dim() else 0  # a fresh layer holds an empty 1-D tensor
         new = key_states.shape[-2]
-        room = getattr(self, "room", None)
+        room = self.room
         if room is None or room[0].data_ptr() != self.keys.data_ptr() or room[0].shape[-2] < n + new:
             shape = (*key_states.shape[:-2], max(2 * (n + new), 64), key_states.shape[-1])  # (B, heads, room, d)
             room = (key_states.new_empty(shape), value_states.new_empty(shape))

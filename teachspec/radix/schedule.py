@@ -46,7 +46,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from numbers import Integral
 
-from teachspec.checks import check_int
+from teachspec.checks import check_int, plain_token_ids
 from teachspec.radix.tree import RadixCache
 
 POLICIES = ("fcfs", "lpm", "dfs")
@@ -74,7 +74,7 @@ def _as_prompts(prompts: Sequence[Sequence[int]]) -> list[Prompt]:
             raise TypeError(f"prompts[{i}] must be a list of token ids, got {type(p).__name__}")
         if not p:
             raise ValueError(f"prompts[{i}] is empty: a request needs at least one prompt token")
-        if set(map(type, p)) <= {int} and min(p) >= 0:  # the usual case, checked quickly (lpm re-ranks often)
+        if plain_token_ids(p):
             out.append(tuple(p))
             continue
         for j, t in enumerate(p):

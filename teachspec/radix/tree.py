@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from numbers import Integral
 from typing import Any
 
+from teachspec.checks import plain_token_ids
 from teachspec.events import EventLog, Evict, Insert, Lock, Match, Split, Unlock
 
 
@@ -139,8 +140,8 @@ def _as_tokens(tokens: Any) -> tuple[int, ...]:
             or not hasattr(tokens, "__getitem__"):
         raise TypeError(f"tokens must be a sequence of token ids (a list, tuple or 1-D integer array), "
                         f"got {type(tokens).__name__}")
-    if set(map(type, tokens)) <= {int} and (not len(tokens) or min(tokens) >= 0):
-        return tuple(tokens)  # the usual case, checked quickly: every lookup of a long prompt passes here
+    if plain_token_ids(tokens):
+        return tuple(tokens)
     for i, t in enumerate(tokens):
         if not isinstance(t, Integral) or isinstance(t, bool):
             raise TypeError(f"tokens[{i}] must be an int token id, got {type(t).__name__} {t!r}")
