@@ -341,7 +341,7 @@ class Engine:
                 for i in range(len(draft)):
                     stats.drafted_per_position[i] += 1
                     stats.accepted_per_position[i] += i < accepted
-            policy.update(len(draft), verdict.accepted, proposal.seconds, target_s)
+            policy.update(len(draft), verdict.accepted, proposal.seconds, target_s if uncached == 1 else None)
             step += 1
             if reason == "eos":
                 break

@@ -10,15 +10,18 @@ from teachspec.theory import expected_tokens, optimal_k
 from test_engine import PROMPT, make_pair
 
 
-def simulate(policy, alpha, draft_cost, verify_slope, steps=400, seed=0):
-    """Feed a policy steps whose guesses are accepted i.i.d. with probability alpha; return the k's it chose."""
+def simulate(policy, alpha, draft_cost, verify_slope, steps=400, seed=0, verify_cost=None):
+    """Feed a policy steps whose guesses are accepted i.i.d. with probability alpha (or, for a list, guess i with
+    probability alpha[i] once the ones before it were); return the k's it chose."""
     rng, ks = random.Random(seed), []
+    h = (lambda i: alpha[min(i, len(alpha) - 1)]) if isinstance(alpha, list) else (lambda i: alpha)
+    verify_cost = verify_cost or (lambda k: 1.0 + verify_slope * k)
     for _ in range(steps):
         k = policy.next_k()
         accepted = 0
-        while accepted < k and rng.random() < alpha:
+        while accepted < k and rng.random() < h(accepted):
             accepted += 1
-        policy.update(k, accepted, k * draft_cost, 1.0 + verify_slope * k)
+        policy.update(k, accepted, k * draft_cost, verify_cost(k))
         ks.append(k)
     return ks
 
@@ -57,6 +60,45 @@ def test_adaptive_finds_the_best_k_when_verifying_more_tokens_costs_more():
 def test_adaptive_stops_guessing_when_guesses_fail():
     ks = simulate(Adaptive(), 0.02, 0.17, 0.12)
     assert ks[-100:].count(0) >= 90 and 1 in ks[-100:]  # plain decoding, probing k = 1 now and then
+
+
+def test_adaptive_drafts_long_when_accepted_guesses_come_in_runs():
+    # prompt lookup: the first guess is a coin flip, but once a copied stretch starts it goes on (h_2.. = 0.9),
+    # which makes k = 8 the best; one pooled alpha would undervalue every guess after the first.
+    hs, c, slope = [0.4, 0.9], 0.0, 0.06
+    def expected(k):
+        total, run = 1.0, 1.0
+        for i in range(k):
+            run *= hs[min(i, 1)]
+            total += run
+        return total
+    assert max(range(9), key=lambda k: expected(k) / (1 + slope * k)) == 8
+    ks = simulate(Adaptive(), hs, c, slope)[-200:]
+    assert sum(ks) / len(ks) >= 7, sum(ks) / len(ks)
+    policy = Adaptive()
+    simulate(policy, hs, c, slope)
+    h = policy.acceptance()
+    assert abs(h[0] - 0.4) < 0.15 and all(abs(x - 0.9) < 0.1 for x in h[1:4]), h
+
+
+def test_adaptive_recovers_from_a_slow_start():
+    # the first passes of a process are slow (allocation, caches warming up): the k's timed then look expensive,
+    # and a policy that never tries them again would settle below the best k for good
+    calls = []
+    def verify_cost(k):
+        calls.append(k)
+        return 1.0 + (8.0 if len(calls) <= 8 and k >= 2 else 0.0)
+    ks = simulate(Adaptive(k_max=12), 0.8, 0.05, 0.0, steps=600, verify_cost=verify_cost)[-100:]
+    settled = max(set(ks), key=ks.count)
+    assert abs(settled - optimal_k(0.8, 0.05, 12)) <= 1, (settled, optimal_k(0.8, 0.05, 12))
+
+
+def test_adaptive_times_a_one_token_pass_apart_from_the_rest():
+    # a CPU: verifying one token is a matrix-vector product, two or more a matrix-matrix product costing 45% more.
+    # With alpha = 0.3 no k recovers that (E(k) < 1.43), so plain decoding is best; a line through every k's
+    # cost would place t_verify(0) well above 1 and keep guessing.
+    ks = simulate(Adaptive(), 0.3, 0.0, 0.0, verify_cost=lambda k: 1.0 if k == 0 else 1.45 + 0.02 * k)
+    assert ks[-100:].count(0) >= 90, ks[-100:]
 
 
 def test_confidence_stops_a_draft_after_a_doubtful_guess():

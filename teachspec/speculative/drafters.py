@@ -125,7 +125,8 @@ class AdversarialDrafter(ModelDrafter):
 
 class NgramDrafter:
     """Prompt lookup: match the last n tokens (n from n_max down to n_min) earlier in the context and propose the
-    k tokens that followed the most recent match. A proposal is certain (q = None)."""
+    k tokens that followed the most recent match, continuing a match that ends near the present as a repeat.
+    A proposal is certain (q = None)."""
 
     name = "ngram"
 
@@ -147,6 +148,10 @@ class NgramDrafter:
             starts = (windows == seq[-n:]).all(-1).nonzero().flatten()
             if len(starts):
                 follow = int(starts[-1]) + n  # the most recent match; propose what came after it
-                tokens = ids[follow:follow + k]
+                # A match that ends near the present has fewer than k tokens after it: the text is then taken to
+                # repeat with period len(ids) - follow (an overlapping copy, as in LZ77), so a loop is guessed
+                # k tokens ahead rather than only as far as the match reaches.
+                after = ids[follow:]
+                tokens = (after * -(-k // len(after)))[:k]
                 return Proposal(tokens, None, 0, time.perf_counter() - t0)
         return Proposal([], None, 0, time.perf_counter() - t0)

@@ -7,14 +7,22 @@ Guessing more tokens pays only while they are likely to be accepted and cheap to
   max(1, k - 1) after one with a rejection.
 - `Confidence(k_max, threshold)`: draft up to k_max but stop after a guess the draft itself gives q < threshold
   (transformers' assistant_confidence_threshold).
-- `Adaptive(k_max)`: estimate alpha and the costs online and pick the k with the best expected tokens per second,
-  Leviathan et al. (2023) Theorem 3.8 generalised to a target pass whose cost grows with the tokens it verifies:
+- `Adaptive(k_max)`: estimate the acceptance and the costs online and pick the k with the best expected tokens
+  per second, Leviathan et al. (2023) Theorem 3.8 generalised in two ways the papers' assumptions do not cover:
 
-      speedup(k) = E(alpha, k) * t_verify(0) / (k * t_draft + t_verify(k)),   E(alpha, k) = (1 - alpha^(k+1))/(1 - alpha)
+      speedup(k) = E(k) * t_verify(0) / (k * t_draft + t_verify(k)),   E(k) = 1 + h_1 + h_1 h_2 + ... + h_1 ... h_k
 
-  With t_verify constant this is exactly the paper's (1 - alpha^(k+1)) / ((1 - alpha)(k c + 1)), c = t_draft /
-  t_verify. k = 0 (plain decoding) is a candidate, so when guessing does not pay the policy stops guessing, and
-  probes k = 1 now and then to notice if that changes.
+  * h_i is the chance that guess i is accepted once guesses 1 .. i-1 were, measured position by position. With
+    h_i = alpha everywhere E(k) is Eq. (1), (1 - alpha^(k+1)) / (1 - alpha); but acceptances are not always
+    independent: a prompt-lookup guess that starts a copied stretch is usually followed by more accepted ones
+    (h_1 ~ 0.4, h_2..8 ~ 0.8), and one constant alpha would undervalue long drafts there.
+  * t_verify(k), the target pass over k + 1 positions, is measured rather than assumed constant. One position is
+    a matrix-vector product and two or more a matrix-matrix product, which a CPU times quite differently, so
+    t_verify(0) is its own estimate and k >= 1 follow a least-squares line through the measured k's.
+
+  With t_verify constant and h_i = alpha this is exactly the paper's (1 - alpha^(k+1)) / ((1 - alpha)(k c + 1)),
+  c = t_draft / t_verify. k = 0 (plain decoding) is a candidate, so when guessing does not pay the policy stops
+  guessing; every `probe_every` steps it tries a k next to the best, to notice when that changes.
 
 Every policy answers `next_k()` before a step and hears `update(...)` after it.
 """
@@ -24,7 +32,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from teachspec.checks import check_int
-from teachspec.theory import expected_tokens
 
 
 class Constant:
@@ -36,7 +43,7 @@ class Constant:
     def next_k(self) -> int:
         return self.k
 
-    def update(self, k: int, accepted: int, draft_s: float, target_s: float) -> None:
+    def update(self, k: int, accepted: int, draft_s: float, target_s: float | None) -> None:
         pass
 
     def __repr__(self) -> str:
@@ -48,7 +55,7 @@ class Heuristic(Constant):
         super().__init__(k)
         self.k_max = check_int("k_max", k_max, 1)
 
-    def update(self, k: int, accepted: int, draft_s: float, target_s: float) -> None:
+    def update(self, k: int, accepted: int, draft_s: float, target_s: float | None) -> None:
         if k == 0:
             return
         self.k = min(self.k_max, self.k + 2) if accepted == k else max(1, self.k - 1)
@@ -74,12 +81,13 @@ class Adaptive:
 
     k_max: int = 8
     decay: float = 0.98
-    probe_every: int = 16  # when k = 0 wins, try k = 1 this often so alpha keeps being measured
-    warmup: tuple[int, ...] = (1, 2, 3, 1, 2, 3)  # first steps: a few k's to fit how verify cost grows with k
+    probe_every: int = 16  # try a k next to the best this often, so the estimates around it stay fresh
+    warmup: tuple[int, ...] = (1, 2, 3, 0, 1, 2, 3, 0)  # first steps: time plain steps and a few k's
     stop_below = None
-    # running sums, decayed each step: accepted and judged guesses, draft seconds and passes, verify time per k
-    accepted: float = 0.0
-    judged: float = 0.0
+    # running sums, decayed each step: guesses judged and accepted at each draft position, draft seconds and
+    # passes, verify time per k
+    judged_at: list[float] = field(default_factory=list)
+    accepted_at: list[float] = field(default_factory=list)
     draft_s: float = 0.0
     draft_passes: float = 0.0
     verify: dict[int, list[float]] = field(default_factory=dict)  # k -> [decayed seconds, decayed count]
@@ -93,12 +101,36 @@ class Adaptive:
 
     @property
     def alpha(self) -> float:
-        # every judged guess is a Bernoulli(alpha) trial: accepted ones, plus the first rejection of each step
-        return self.accepted / self.judged if self.judged else 0.5
+        """Accepted / judged guesses over all positions: every judged guess is a Bernoulli(alpha) trial."""
+        judged = sum(self.judged_at)
+        return sum(self.accepted_at) / judged if judged else 0.5
+
+    def acceptance(self) -> list[float]:
+        """h_1 .. h_k_max. Each position's rate is shrunk towards the one before it by one pseudo-guess, so a
+        position rarely reached borrows its neighbour's rate instead of swinging on two or three guesses."""
+        h, prior = [], 0.5
+        for i in range(self.k_max):
+            judged = self.judged_at[i] if i < len(self.judged_at) else 0.0
+            accepted = self.accepted_at[i] if i < len(self.accepted_at) else 0.0
+            prior = (accepted + prior) / (judged + 1)
+            h.append(prior)
+        return h
+
+    def expected_tokens(self, k: int) -> float:
+        """E(k) = 1 + h_1 + h_1 h_2 + ... + h_1 ... h_k: guess i + 1 counts only if guesses 1 .. i were accepted."""
+        total, run = 1.0, 1.0
+        for h in self.acceptance()[:k]:
+            run *= h
+            total += run
+        return total
 
     def t_verify(self, k: int) -> float:
-        """Seconds of a target pass over k + 1 positions: a least-squares line through the measured k's."""
-        pts = [(kk, s / n, n) for kk, (s, n) in self.verify.items() if n > 0]
+        """Seconds of a target pass over k + 1 positions: measured for k = 0, a least-squares line through the
+        measured k >= 1 otherwise."""
+        if k == 0 and self.verify.get(0, [0.0, 0.0])[1] > 0:
+            s, n = self.verify[0]
+            return s / n
+        pts = [(kk, s / n, n) for kk, (s, n) in self.verify.items() if n > 0 and kk > 0]
         if not pts:
             return 1.0
         w = sum(n for _, _, n in pts)
@@ -110,33 +142,43 @@ class Adaptive:
 
     def predicted_speedup(self, k: int) -> float:
         t_draft = self.draft_s / self.draft_passes if self.draft_passes else 0.0
-        return expected_tokens(min(self.alpha, 1.0), k) * self.t_verify(0) / (k * t_draft + self.t_verify(k))
+        return self.expected_tokens(k) * self.t_verify(0) / (k * t_draft + self.t_verify(k))
 
     def next_k(self) -> int:
         if self.steps < len(self.warmup):
             k = min(self.warmup[self.steps], self.k_max)
         else:
             k = max(range(self.k_max + 1), key=self.predicted_speedup)
-            if k == 0 and self.steps % self.probe_every == 0:
-                k = 1
+            if self.steps % self.probe_every == 0:
+                # now and then try a neighbour, above and below in turn: the estimates of a k no longer chosen
+                # would go stale, and one unlucky timing could hold the policy at the wrong k for good
+                k = min(self.k_max, k + 1) if self.steps // self.probe_every % 2 else max(0, k - 1)
         self.last_k = k
         return k
 
-    def update(self, k: int, accepted: int, draft_s: float, target_s: float) -> None:
+    def update(self, k: int, accepted: int, draft_s: float, target_s: float | None) -> None:
         d = self.decay
         self.steps += 1
-        self.accepted, self.judged = d * self.accepted, d * self.judged
+        self.judged_at = [d * x for x in self.judged_at]
+        self.accepted_at = [d * x for x in self.accepted_at]
         self.draft_s, self.draft_passes = d * self.draft_s, d * self.draft_passes
         for v in self.verify.values():
             v[0] *= d
             v[1] *= d
         if k > 0:
-            self.accepted += accepted
-            self.judged += accepted + (1 if accepted < k else 0)
+            # guesses 1 .. accepted were accepted; the next one, if there was one, was judged and rejected
+            judged = min(k, accepted + 1)
+            while len(self.judged_at) < judged:
+                self.judged_at.append(0.0)
+                self.accepted_at.append(0.0)
+            for i in range(judged):
+                self.judged_at[i] += 1
+                self.accepted_at[i] += i < accepted
             self.draft_s += draft_s
             self.draft_passes += k
-        s, n = self.verify.get(k, [0.0, 0.0])
-        self.verify[k] = [s + target_s, n + 1]
+        if target_s is not None:  # None: the pass also read a prompt, so it says nothing about verifying k guesses
+            s, n = self.verify.get(k, [0.0, 0.0])
+            self.verify[k] = [s + target_s, n + 1]
 
     def __repr__(self) -> str:
         return f"Adaptive(k_max={self.k_max}, alpha~{self.alpha:.2f}, k={self.last_k})"
