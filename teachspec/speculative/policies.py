@@ -15,7 +15,7 @@ Guessing more tokens pays only while they are likely to be accepted and cheap to
   * h_i is the chance that guess i is accepted once guesses 1 .. i-1 were, measured position by position. With
     h_i = alpha everywhere E(k) is Eq. (1), (1 - alpha^(k+1)) / (1 - alpha); but acceptances are not always
     independent: a prompt-lookup guess that starts a copied stretch is usually followed by more accepted ones
-    (h_1 ~ 0.4, h_2..8 ~ 0.8), and one constant alpha would undervalue long drafts there.
+    (with the bundled pair, h_1 ~ 0.4 and h_2..8 ~ 0.5-0.9), and one constant alpha would undervalue long drafts.
   * t_verify(k), the target pass over k + 1 positions, is measured rather than assumed constant. One position is
     a matrix-vector product and two or more a matrix-matrix product, which a CPU times quite differently, so
     t_verify(0) is its own estimate and k >= 1 follow a least-squares line through the measured k's.
