@@ -32,6 +32,10 @@ def paint(text: str, cls, colour: bool) -> str:
 
 def run(pair, prompt: str, max_new_tokens: int, temperature: float, k, speculate: str, seed: int,
         colour: bool, out=sys.stdout) -> None:
+    # The first passes of a model allocate memory and pick kernels for each new shape: warm both paths up, so that
+    # neither timing below pays for it.
+    Engine(pair, cache_tokens=0).generate(prompt, 8, temperature=temperature, speculate=speculate, k=k, seed=seed)
+    generate(prompt, 8, temperature=temperature, seed=seed, pair=pair)
     engine = Engine(pair)
 
     def show(event):
