@@ -1,0 +1,43 @@
+"""The copy stage's data: every row it makes is what its docstring says, so the target learns to copy from it."""
+
+import torch
+
+from teachspec.models.train import copy_batches
+
+SEP, EOS, VOCAB = [7, 7], 0, 50
+
+
+def told_twice(row: list[int], lengths: range, between: list[int], end: list[int]) -> list[int] | None:
+    """The opening piece if the row starts with piece + between + piece + end, for a piece length in `lengths`."""
+    for n in lengths:
+        m = n + len(between)
+        if row[:n] == row[m:m + n] and row[m - len(between):m] == between and row[m + n:m + n + len(end)] == end:
+            return row[:n]
+    return None
+
+
+def test_copy_batches_tell_each_piece_twice():
+    stream = torch.randint(1, VOCAB, (5000,), generator=torch.Generator().manual_seed(0))
+    text = stream.tolist()
+    data = copy_batches(stream, batch=8, seq_len=256, sep=SEP, eos=EOS, vocab=VOCAB, gen=torch.Generator())
+    for _ in range(3):
+        x, y = next(data)
+        assert x.shape == y.shape == (8, 256)
+        assert torch.equal(x[:, 1:], y[:, :-1])  # y is x one token on
+        for i, row in enumerate(x.tolist()):
+            if i % 4 == 0:  # a plain window of the corpus
+                start = next(s for s in range(len(text)) if text[s:s + 256] == row)
+                assert text[start:start + 256] == row
+            elif i % 4 == 1:  # a corpus passage, a blank line, the passage again, EOS
+                passage = told_twice(row, range(16, 101), SEP, [EOS])
+                assert passage is not None, f"row {i} is not a passage told twice: {row[:40]}"
+                assert any(text[s:s + len(passage)] == passage for s in range(len(text)))
+            else:  # a random run told twice with nothing between
+                assert told_twice(row, range(8, 61), [], []) is not None, f"row {i}: {row[:40]}"
+
+
+def test_copy_batches_are_seeded():
+    stream = torch.arange(1, 3000) % VOCAB
+    a = copy_batches(stream, 4, 64, SEP, EOS, VOCAB, torch.Generator().manual_seed(3))
+    b = copy_batches(stream, 4, 64, SEP, EOS, VOCAB, torch.Generator().manual_seed(3))
+    assert torch.equal(next(a)[0], next(b)[0])
