@@ -113,7 +113,7 @@ def write_card(root: Path, card: dict) -> None:
         f"{d['size']['n_embd']} |",
         f"| parameters | {t['params'] / 1e6:.2f} M | {d['params'] / 1e6:.2f} M |",
         f"| training | {minutes(tp):.0f} min, {tokens(tp) / 1e6:.2f} M tokens (windows of {t['seq_lens'][0]}, "
-        f"then {t['seq_lens'][1]}, then {tp[-1]['minutes']:.0f} min on text written twice) | {minutes(dp[:1]):.0f} min cross-entropy ({tokens(dp[:1]) / 1e6:.2f} M "
+        f"then {t['seq_lens'][1]}) | {minutes(dp[:1]):.0f} min cross-entropy ({tokens(dp[:1]) / 1e6:.2f} M "
         f"tokens), then {minutes(dp[1:]):.0f} min distillation from the target |",
         f"| validation loss (nats/token) | {tp[-1]['val_loss']:.3f} | {dp[-1]['val_loss']:.3f} |",
         f"| decode step, 2 CPU threads | {card['step_ms']['target']:.2f} ms | {card['step_ms']['draft']:.2f} ms |",
@@ -129,14 +129,6 @@ def write_card(root: Path, card: dict) -> None:
         f"- Expected acceptance at temperature 1, mean of sum min(p, q): {a['expected_acceptance_t1']:.3f}.",
         f"- Cost ratio c = draft step / target step = {card['step_ms']['draft'] / card['step_ms']['target']:.2f}.",
         "",
-        "## Copying",
-        "",
-        "Prompt lookup guesses that the text will repeat what the context already holds, so it pays only with a",
-        "target that copies. Python's documentation rarely repeats itself, so the target's last stage trains on",
-        "passages and random runs written twice (`--stage copy`). Top-1 accuracy of the target on the second",
-        "telling of 24 held-out 96-token passages written twice, teacher-forced: "
-        f"{t['copy_accuracy']['before']:.2f} before that stage, **{t['copy_accuracy']['after']:.2f}** after.",
-        "",
         "## Data",
         "",
         f"`pydoc_data.topics`, every standard-library docstring of at least 40 characters, and the standard "
@@ -151,7 +143,7 @@ def write_card(root: Path, card: dict) -> None:
     for row in card["completions"]:
         lines += [f"**Prompt** `{row['prompt']!r}`", "", "target:", "```", row["prompt"] + row["target"], "```",
                   "draft:", "```", row["prompt"] + row["draft"], "```", ""]
-    lines += ["## Reproduce", "", "```", "python -m teachspec.models.train --stage all   # retrain (about 2.5 hours)",
+    lines += ["## Reproduce", "", "```", "python -m teachspec.models.train --stage all   # retrain (about 90 min)",
               "python -m teachspec.models.card                # re-measure and rewrite this card", "```", ""]
     (root / "MODEL_CARD.md").write_text("\n".join(lines))
     (root / "card.json").write_text(json.dumps(card, indent=2))
