@@ -3,7 +3,8 @@
     python -m teachspec.models.train --stage all           # tokenizer, target, draft: about 90 minutes on 2 cores
     python -m teachspec.models.train --stage draft         # retrain only the draft against the saved target
     python -m teachspec.models.train --stage target --resume --target-minutes 40   # train the target further
-    python -m teachspec.models.train --stage copy --copy-minutes 65  # optional: teach the saved target to copy
+    cp -r teachspec/models/tiny copier                     # optional: a pair whose target copies (see **copy**)
+    python -m teachspec.models.train --stage copy --out copier    # then --stage draft --out copier for its draft
 
 Stages, each seeded and each writing into `--out` (default: the bundled `teachspec/models/tiny/`):
 1. **tokenizer**: byte-level BPE with a 4096-token vocabulary and one special token, `<|endoftext|>`.
