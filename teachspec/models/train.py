@@ -11,10 +11,10 @@ Stages, each seeded and each writing into `--out` (default: the bundled `teachsp
 2. **target**: a 6-layer, 384-wide Llama trained with cross-entropy for a fixed wall-clock budget. The learning
    rate warms up, then follows a cosine to 10% over the budget, so a slower machine trains fewer steps but still
    finishes its schedule.
-3. **draft**: a 1-layer, 128-wide Llama, first trained with cross-entropy, then distilled from the target (Hinton
-   et al. 2015): the loss is KL(p || q) on every position plus a little cross-entropy. Half of each distillation
-   batch is text the target wrote itself from corpus prompts, because speculation is scored on the target's own
-   continuations, not on the corpus (the on-policy idea of DistillSpec, Zhou et al. 2023).
+3. **draft**: a 1-layer, 128-wide Llama, first trained with cross-entropy, then distilled from the target
+   (Hinton et al. 2015): the loss is KL(p || q) on every position plus a little cross-entropy. Half of each
+   distillation batch is text the target wrote itself from corpus prompts, because speculation is scored on the
+   target's own continuations, not on the corpus (the on-policy idea of DistillSpec, Zhou et al. 2023).
 
 **copy** (optional, not part of `all`): the saved target trained further on passages and random runs written twice,
 so that it learns to copy from its context (induction heads, Olsson et al. 2022); a quarter of each batch stays
