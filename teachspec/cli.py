@@ -65,7 +65,9 @@ def cmd_bench_speculative(args) -> None:
 
     pair = pair_from(args)
     docs = [pair.encode(r.prompt) for r in docs_completion(n_prompts=args.prompts).requests]
-    copy = [pair.encode(r.prompt) for r in copy_heavy(n_prompts=args.prompts).requests]
+    # the passage's last new_tokens tokens are left out of the prompt: all that is decoded could be copied
+    copy = [pair.encode(r.prompt) for r in copy_heavy(n_prompts=args.prompts, passage_tokens=args.new_tokens + 32,
+                                                      max_new_tokens=args.new_tokens).requests]
     result = speculative.bench(pair, docs, copy, n=args.new_tokens, ks=args.ks, seed=args.seed)
     print(speculative.markdown(result))
     if args.json:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
-from transformers.cache_utils import DynamicLayer
+from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
 
 class GrowingLayer(DynamicLayer):
@@ -47,9 +47,13 @@ class GrowingLayer(DynamicLayer):
 
 
 def new_cache(model: PreTrainedModel) -> DynamicCache:
-    """An empty cache for `model`, its full-attention layers growing in place (`GrowingLayer`)."""
+    """An empty cache for `model`, its attention layers growing in place (`GrowingLayer`).
+
+    Sliding-window layers keep every token too: the attention mask applies the window, and rolling back rejected
+    guesses needs the keys a rolling window would already have dropped."""
     cache = DynamicCache(config=model.config)
-    cache.layers = [GrowingLayer() if type(layer) is DynamicLayer else layer for layer in cache.layers]
+    cache.layers = [GrowingLayer() if type(layer) in (DynamicLayer, DynamicSlidingWindowLayer) else layer
+                    for layer in cache.layers]
     return cache
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, Qwen2Config, \
-    Qwen2ForCausalLM
+    Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
 from teachspec.models import BUNDLED
 
@@ -28,6 +28,12 @@ def build_model(arch: str, vocab_size: int = 4096, seed: int = 0, layers: int = 
         cfg = Qwen2Config(hidden_size=hidden, intermediate_size=4 * hidden, num_hidden_layers=layers,
                           num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, **common)
         return Qwen2ForCausalLM(cfg).eval()
+    if arch == "qwen3-window":  # the bundled draft's kind: the first layer sees only the last two tokens
+        cfg = Qwen3Config(hidden_size=hidden, intermediate_size=4 * hidden, num_hidden_layers=layers, head_dim=16,
+                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                          use_sliding_window=True, sliding_window=2,
+                          layer_types=["sliding_attention"] + ["full_attention"] * (layers - 1), **common)
+        return Qwen3ForCausalLM(cfg).eval()
     if arch == "gpt2":
         cfg = GPT2Config(n_embd=hidden, n_layer=layers, n_head=4, n_positions=512, **common)
         return GPT2LMHeadModel(cfg).eval()

@@ -38,7 +38,8 @@ COPY_PROMPT = [7, 8, 9, 10, 11, 12] * 6  # something prompt lookup can latch ont
 
 
 @pytest.mark.parametrize("arch, ks", [("llama", (0, 1, 2, 5, "adaptive", "heuristic", "confidence")),
-                                      ("qwen2", (2, "adaptive")), ("gpt2", (2, "adaptive"))])
+                                      ("qwen2", (2, "adaptive")), ("gpt2", (2, "adaptive")),
+                                      ("qwen3-window", (2, "adaptive"))])
 def test_greedy_output_equals_plain_greedy_for_every_drafter_and_k(arch, ks):
     pair = make_pair(arch)
     engine = Engine(pair)
@@ -116,8 +117,11 @@ def test_stats_per_position_and_mean_acceptance_length(pair):
     assert s.new_tokens == 40 and s.tokens_per_target_pass == pytest.approx(40 / s.target_passes)
 
 
-def test_every_cache_holds_exactly_the_committed_tokens_after_every_rollback(pair, monkeypatch):
-    """After each crop, the cached keys/values equal a fresh prefill of the tokens it should hold."""
+@pytest.mark.parametrize("arch", ["llama", "qwen3-window"])
+def test_every_cache_holds_exactly_the_committed_tokens_after_every_rollback(arch, monkeypatch):
+    """After each crop, the cached keys/values equal a fresh prefill of the tokens it should hold. With a
+    sliding-window layer too: rolling back needs keys that a rolling window would already have dropped."""
+    pair = make_pair(arch)
     fed: dict[int, list[int]] = {}
     models: dict[int, object] = {}
     real_forward, real_crop = kv.forward, kv.crop_to

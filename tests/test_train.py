@@ -2,7 +2,7 @@
 
 import torch
 
-from teachspec.models.train import copy_batches
+from teachspec.models.train import copy_batches, short_runs
 
 SEP, EOS, VOCAB = [7, 7], 0, 50
 
@@ -41,3 +41,14 @@ def test_copy_batches_are_seeded():
     a = copy_batches(stream, 4, 64, SEP, EOS, VOCAB, torch.Generator().manual_seed(3))
     b = copy_batches(stream, 4, 64, SEP, EOS, VOCAB, torch.Generator().manual_seed(3))
     assert torch.equal(next(a)[0], next(b)[0])
+
+
+def test_short_runs_are_random_runs_told_twice():
+    x, y = next(short_runs(batch=16, seq_len=32, vocab=VOCAB, gen=torch.Generator().manual_seed(1)))
+    assert x.shape == y.shape == (16, 32)
+    assert torch.equal(x[:, 1:], y[:, :-1])
+    for row in torch.cat([x, y[:, -1:]], 1).tolist():
+        while len(row) >= 2 * 13:  # whole runs only: the last one may be cut by the row's end
+            run = told_twice(row, range(4, 13), [], [])
+            assert run is not None, f"not a run of 4-12 told twice: {row}"
+            row = row[2 * len(run):]

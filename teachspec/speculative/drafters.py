@@ -109,13 +109,6 @@ class AdversarialDrafter(ModelDrafter):
 
     name = "adversary"
 
-    def fill(self, ids: list[int]) -> None:
-        """Make the cache hold exactly `ids` (to store it for reuse): drop stale guesses, feed what is missing."""
-        feed = self._sync(ids + [0])[:-1]  # sync as if one more token followed, then feed all but that one
-        if feed:
-            kv.forward(self.model, feed, self.cache, 1, self.vocab_size)
-            self.cached += feed
-
     def choose(self, q: torch.Tensor, params: SamplingParams, generator) -> int:
         return int(q.argmin())
 
