@@ -34,7 +34,7 @@ on the target's own text. Its copy accuracy (`copy_accuracy`) reaches 0.62, wher
 
 The bundled pair is trained without either. Measured side by side (`teachspec bench speculative --prompts 16
 --new-tokens 96`, 2 cores) against a target given 75 minutes of the copy stage on one thread (880 steps, copy
-accuracy 0.25 -> 0.78) and a windowed draft from the default draft stage, prompt lookup reached 1.92x plain decoding
+accuracy 0.25 -> 0.78) and a windowed draft trained with the default budgets, prompt lookup reached 1.92x plain decoding
 on the copy-heavy workload (3.17 tokens per target pass), the draft model 1.45x on documentation at temperature 0,
 but only 0.97x at temperature 1 (alpha 0.61) and 1.17x transformers' assisted generation with its defaults: the
 second layer doubles the draft's cost (c 0.19-0.23).
@@ -390,13 +390,13 @@ def main(argv: list[str] | None = None) -> None:
         target = LlamaForCausalLM.from_pretrained(args.out / "target", dtype=torch.float32).eval()
         draft = AutoModelForCausalLM.from_config(model_config(size, tok.get_vocab_size(), eos, args.context))
         sep = tok.encode("\n\n").ids
-        plain, phases = batches(train, 16, 256, gen), []
+        data, phases = batches(train, 16, 256, gen), []
         copying = copy_batches(train, 16, 256, sep, eos, tok.get_vocab_size(), gen) if size.window else None
         if size.window:  # learn to copy first, then keep copying in every later batch
             phases.append(fit(draft, cross_entropy, short_runs(64, 32, tok.get_vocab_size(), gen),
                               args.induction_minutes, 3e-3, val, 256, "draft-copy", warmup=50))
-            plain = mixed(plain, copying)
-        phases.append(fit(draft, cross_entropy, plain, args.draft_minutes, 3e-3, val, 256, "draft"))
+            data = mixed(data, copying)
+        phases.append(fit(draft, cross_entropy, data, args.draft_minutes, 3e-3, val, 256, "draft"))
         t0 = time.time()
         own = self_written(target, train, n_seq=args.self_written, prompt_len=64, new=192, gen=gen)
         gen_minutes = (time.time() - t0) / 60
