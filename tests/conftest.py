@@ -28,7 +28,7 @@ def build_model(arch: str, vocab_size: int = 4096, seed: int = 0, layers: int = 
         cfg = Qwen2Config(hidden_size=hidden, intermediate_size=4 * hidden, num_hidden_layers=layers,
                           num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, **common)
         return Qwen2ForCausalLM(cfg).eval()
-    if arch == "qwen3-window":  # the bundled draft's kind: the first layer sees only the last two tokens
+    if arch == "qwen3-window":  # `train --draft windowed`'s kind: the first layer sees only the last two tokens
         cfg = Qwen3Config(hidden_size=hidden, intermediate_size=4 * hidden, num_hidden_layers=layers, head_dim=16,
                           num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
                           use_sliding_window=True, sliding_window=2,
