@@ -60,6 +60,8 @@ def decode(model: PreTrainedModel, prompt: list[int], max_new_tokens: int, param
         while True:
             token, p = pick(logits, params, generator)
             tokens.append(token)
+            if len(tokens) == 1:
+                stats.mark_first_step(1, time.perf_counter() - t_start)
             events.emit(Plain, request, step=len(tokens) - 1, position=len(prompt) + len(tokens) - 1,
                         token=token, p=p, ms=ms)
             if token == eos_token_id:

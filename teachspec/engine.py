@@ -269,7 +269,7 @@ class Engine:
                 else:
                     drafter.reset()
             new, reason = self._loop(request, ids, max_new_tokens, params, drafter, policy, generator, cache,
-                                     stats)
+                                     stats, t_start)
         except BaseException:
             if lease is not None:  # a failed request must not pin its prefix forever
                 self.prefix.tree.unlock(lease.node, request)
@@ -289,7 +289,7 @@ class Engine:
         return new, reason, stats
 
     def _loop(self, request: int, ids: list[int], max_new_tokens: int, params: SamplingParams, drafter, policy,
-              generator, cache, stats: Stats) -> tuple[list[int], str]:
+              generator, cache, stats: Stats, t_start: float) -> tuple[list[int], str]:
         target, V, eos, log = self.pair.target, self.pair.vocab_size, self.pair.eos_token_id, self.events
         new, reason, step = [], "length", 0
         while len(new) < max_new_tokens:
@@ -342,6 +342,8 @@ class Engine:
                     stats.drafted_per_position[i] += 1
                     stats.accepted_per_position[i] += i < accepted
             policy.update(len(draft), verdict.accepted, proposal.seconds, target_s if uncached == 1 else None)
+            if step == 0:
+                stats.mark_first_step(len(new), time.perf_counter() - t_start)
             step += 1
             if reason == "eos":
                 break

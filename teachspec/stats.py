@@ -7,10 +7,15 @@ For speculative decoding (Leviathan et al. 2023; vLLM's metrics):
 - mean acceptance length: 1 + accepted / drafts, the tokens a target pass yields counting the bonus (vLLM);
 - tokens per target pass: all emitted tokens / target forward passes, the quantity the speedup formula predicts.
 Plain decoding is the k = 0 case: one token per target pass, nothing drafted.
+
+The first step of a generation also reads the prompt (both models' prefill) and yields the first token; serving
+engines report it apart (time to first token) from the steps after it (time per output token). The speedup
+formula describes only the steps after it, so `decoding` gives those alone.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 
@@ -31,6 +36,21 @@ class Stats:
     target_s: float = 0.0  # time inside target forward passes
     draft_s: float = 0.0  # time inside draft proposals
     cache_s: float = 0.0  # time inside the radix cache: match, lock, assemble, evict, insert (its whole overhead)
+    first_step: Stats | None = None  # the counters as the first step ended (`mark_first_step`)
+
+    def mark_first_step(self, new_tokens: int, seconds: float) -> None:
+        """Remember the counters now, as the first step ends with `new_tokens` committed, `seconds` in."""
+        self.first_step = dataclasses.replace(self, new_tokens=new_tokens, wall_s=seconds, first_step=None,
+                                              accepted_per_position=[], drafted_per_position=[])
+
+    @property
+    def decoding(self) -> Stats:
+        """The steps after the first: every counter less what the first step had counted."""
+        first = self.first_step or Stats()
+        counted = ("new_tokens", "target_passes", "draft_passes", "drafts", "drafted", "accepted", "rejected",
+                   "wall_s", "target_s", "draft_s")
+        return dataclasses.replace(self, first_step=None, accepted_per_position=[], drafted_per_position=[],
+                                   **{name: getattr(self, name) - getattr(first, name) for name in counted})
 
     @property
     def alpha(self) -> float:
@@ -55,6 +75,7 @@ class Stats:
 
     def as_dict(self) -> dict:
         out = {k: v for k, v in self.__dict__.items()}
+        out["first_step"] = self.first_step.as_dict() if self.first_step is not None else None
         for name in ("alpha", "acceptance_per_position", "mean_acceptance_length", "tokens_per_target_pass",
                      "tokens_per_s"):
             out[name] = getattr(self, name)

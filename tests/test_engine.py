@@ -10,7 +10,7 @@ from conftest import TOKENIZER_DIR, build_model
 from teachspec import kv
 from teachspec.decode import decode
 from teachspec.engine import Engine
-from teachspec.events import Accept, Bonus, Draft, Reject, Resample, Verify
+from teachspec.events import Accept, Bonus, Draft, EventLog, Reject, Resample, Verify
 from teachspec.models.pair import Pair
 from teachspec.sampling import SamplingParams
 
@@ -115,6 +115,18 @@ def test_stats_per_position_and_mean_acceptance_length(pair):
     assert sum(s.accepted_per_position) == s.accepted and s.drafted_per_position[0] == s.drafts
     assert s.mean_acceptance_length == pytest.approx(1 + s.accepted / s.drafts)
     assert s.new_tokens == 40 and s.tokens_per_target_pass == pytest.approx(40 / s.target_passes)
+
+
+def test_the_first_step_is_counted_apart_from_decoding(pair):
+    log = EventLog()
+    s = Engine(pair, events=log).generate(PROMPT, 40, speculate="model", k=3).stats
+    first, after = s.first_step, s.decoding
+    emitted_first = sum(1 for e in log if type(e) in (Accept, Resample, Bonus) and e.step == 0)
+    assert (first.target_passes, first.draft_passes, first.new_tokens) == (1, 3, emitted_first)
+    assert after.new_tokens == 40 - emitted_first and after.target_passes == s.target_passes - 1
+    assert after.accepted + first.accepted == s.accepted and 0 < first.wall_s < s.wall_s
+    plain = decode(pair.target, PROMPT, 10, SamplingParams(), None, None, pair.vocab_size)[2]
+    assert (plain.first_step.new_tokens, plain.first_step.target_passes, plain.decoding.target_passes) == (1, 1, 9)
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen3-window"])

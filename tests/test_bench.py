@@ -1,0 +1,43 @@
+"""`teachspec bench speculative`'s tables, on config-built models: every method runs, and the columns mean what
+the README says they mean."""
+
+from __future__ import annotations
+
+import pytest
+
+from teachspec.bench.speculative import bench, markdown
+from teachspec.theory import speedup
+
+from test_engine import COPY_PROMPT, PROMPT, make_pair
+
+
+@pytest.fixture(scope="module")
+def result():
+    return bench(make_pair(), [PROMPT, PROMPT[5:]], [COPY_PROMPT, COPY_PROMPT[2:]], n=16, ks=(1, 3), progress=False)
+
+
+def rows(result, workload) -> dict[str, dict]:
+    return {r["method"]: r for r in result["workloads"][workload]["rows"]}
+
+
+def test_every_method_runs_and_greedy_outputs_agree(result):
+    assert result["workloads"]["docs, temperature 0"]["greedy_outputs_identical"] is True
+    assert result["workloads"]["copy-heavy, temperature 0"]["greedy_outputs_identical"] is True
+    docs = rows(result, "docs, temperature 0")
+    assert {"transformers generate", "transformers assisted (defaults)", "transformers assisted (k=2)", "ours k=1",
+            "ours k=3", "ours adaptive", "ours k=2, events off", "ours k=2, widget events"} <= docs.keys()
+    assert all(r["tokens"] == 2 * 16 for r in docs.values())
+
+
+def test_the_columns(result):
+    docs = rows(result, "docs, temperature 0")
+    plain, k3, hf = docs["ours plain"], docs["ours k=3"], docs["transformers generate"]
+    assert plain["speedup"] == plain["decoding_speedup"] == plain["tokens_per_target_pass"] == 1.0
+    assert "decoding_speedup" not in hf and "alpha" not in hf  # transformers does not report its steps
+    assert 1.0 <= k3["tokens_per_target_pass"] <= 4.0 and 0.0 <= k3["alpha"] <= 1.0 and k3["c"] > 0
+    assert k3["predicted"] == pytest.approx(speedup(k3["alpha"], 3, k3["c"]))
+    assert k3["measured_over_predicted"] == pytest.approx(k3["decoding_speedup"] / k3["predicted"])
+    lookup = rows(result, "copy-heavy, temperature 0")["ours prompt lookup k=8"]
+    assert "predicted" not in lookup  # no formula for its runs of guesses
+    table = markdown(result)
+    assert "| measured / paper |" in table and f"| ours k=3 | {k3['speedup']:.2f}x | " in table
