@@ -110,15 +110,17 @@ def verify(
     p, q = _check(p, q, draft, batched=False)
     k = draft.shape[0]
     u = torch.rand(k, generator=generator, dtype=p.dtype)  # (k,)
-    accept = acceptance_probability(p[:k], q, draft)  # (k,)
+    accept = acceptance_probability(p[:k], q, draft).tolist()  # (k,)
+    rows = torch.arange(k)
+    p_of, q_of, u_of = p[rows, draft].tolist(), q[rows, draft].tolist(), u.tolist()  # Python floats: exact
     positions = []
     for i, x in enumerate(draft.tolist()):
-        p_x, q_x = p[i, x].item(), q[i, x].item()
+        p_x, q_x = p_of[i], q_of[i]
         record = PositionRecord(
-            i=i, token=x, q=q_x, p=p_x, ratio=p_x / q_x if q_x > 0 else math.inf, u=u[i].item(), decision="accept"
+            i=i, token=x, q=q_x, p=p_x, ratio=p_x / q_x if q_x > 0 else math.inf, u=u_of[i], decision="accept"
         )
         positions.append(record)
-        if not u[i] < accept[i]:
+        if not u_of[i] < accept[i]:
             record.decision = "reject"
             record.residual = residual(p[i], q[i])
             record.resampled = sample(record.residual, generator).item()
@@ -171,7 +173,7 @@ def _check(
     k, vocab = draft.shape[-1], p.shape[-1]
     if p.shape[-2] != k + 1:
         raise ValueError(f"p must have k+1 = {k + 1} rows for a draft of k = {k} tokens, got {p.shape[-2]}")
-    if draft.numel() and (draft.min() < 0 or draft.max() >= vocab):
+    if draft.numel() and not (0 <= (bounds := draft.aminmax()).min and bounds.max < vocab):
         bad = draft[(draft < 0) | (draft >= vocab)][0].item()
         raise ValueError(f"draft token ids must be in [0, vocab={vocab}), got {bad}")
     _check_distributions("p", p)
@@ -193,7 +195,7 @@ def _check_distributions(name: str, probs: torch.Tensor) -> None:
         return
     sums = probs.sum(-1)
     # Loose enough for float32 softmax over a large vocabulary; the point is to catch logits passed by mistake.
-    if not (probs >= 0).all() or not ((sums - 1).abs() <= 1e-3).all():
+    if not (probs.amin() >= 0) & ((sums - 1).abs().amax() <= 1e-3):
         raise ValueError(
             f"{name} rows must be probability distributions (non-negative, summing to 1; pass probabilities, not "
             f"logits), got row sums in [{sums.min().item():.4g}, {sums.max().item():.4g}] and minimum "
