@@ -127,7 +127,8 @@ def write_card(root: Path, card: dict) -> None:
         f"- **Greedy alpha = {a['greedy_alpha']:.3f}**: along the target's greedy continuation of {a['prompts']} "
         f"held-out prompts ({a['positions']} positions), the share at which the draft's argmax equals the target's.",
         f"- Expected acceptance at temperature 1, mean of sum min(p, q): {a['expected_acceptance_t1']:.3f}.",
-        f"- Cost ratio c = draft step / target step = {card['step_ms']['draft'] / card['step_ms']['target']:.2f}.",
+        f"- Cost ratio c = draft step / target step = {card['step_ms']['draft'] / card['step_ms']['target']:.2f} "
+        f"(steps timed as `load_pair` loads the models: float32, the large linear layers packed for oneDNN).",
         "",
         "## Data",
         "",
