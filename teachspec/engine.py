@@ -30,7 +30,7 @@ from teachspec.radix.prefix import PrefixCache
 from teachspec.sampling import SamplingParams, warp
 from teachspec.speculative.drafters import AdversarialDrafter, ModelDrafter, NgramDrafter, OracleDrafter, Proposal
 from teachspec.speculative.policies import Adaptive, make_policy
-from teachspec.speculative.verify import Verdict, verify
+from teachspec.speculative.verify import Verdict, at, verify
 from teachspec.stats import Stats
 
 DRAFTERS = ("model", "ngram", "oracle", "adversary", None)
@@ -297,11 +297,10 @@ class Engine:
             k = min(policy.next_k(), max_new_tokens - len(new) - 1)
             proposal = drafter.propose(ids, k, params, generator, policy.stop_below) if k > 0 else \
                 Proposal([], None, 0, 0.0)
-            draft = proposal.tokens
+            draft, guesses = proposal.tokens, torch.tensor(proposal.tokens, dtype=torch.long)  # (k,)
             if draft:
                 log.emit(Draft, request, step=step, position=len(ids), tokens=draft,
-                         q=[1.0] * len(draft) if proposal.q is None else
-                         [float(proposal.q[i, x]) for i, x in enumerate(draft)],
+                         q=[1.0] * len(draft) if proposal.q is None else at(proposal.q, guesses).tolist(),
                          drafter=drafter.name, ms=1e3 * proposal.seconds)
 
             # verify: one target pass over the uncached committed tokens and every guess
@@ -313,7 +312,7 @@ class Engine:
             if step == 0:
                 log.emit(Prefill, request, cached=stats.cached_tokens, computed=uncached, ms=1e3 * target_s)
             log.emit(Verify, request, step=step, position=len(ids), n=len(draft) + 1, ms=1e3 * target_s)
-            verdict = verify(p, proposal.q, torch.tensor(draft, dtype=torch.long), generator)
+            verdict = verify(p, proposal.q, guesses, generator)
 
             # commit, cut at EOS or at the budget: a prefix of an exact sample is still exact
             emitted = verdict.tokens[:max_new_tokens - len(new)]
@@ -352,20 +351,21 @@ class Engine:
     def _record(self, request: int, step: int, position: int, verdict: Verdict, n_emitted: int, p: torch.Tensor,
                 proposal: Proposal, draft: list[int]) -> None:
         """One event per judged position, then the resampled or bonus token; nothing past the EOS/budget cut."""
-        log, n_top = self.events, self.record_top
+        log, n_top, q = self.events, self.record_top, proposal.q
         for r in verdict.positions[:n_emitted]:
-            q_row = proposal.q[r.i] if proposal.q is not None else None
-            top_q = top(q_row, n_top) if q_row is not None else ([[r.token, 1.0]] if n_top else None)
+            # the alternatives only when they are recorded: the indexing alone would cost the engine its speed
+            top_p = top(p[r.i], n_top) if n_top else None
+            top_q = (top(q[r.i], n_top) if q is not None else [[r.token, 1.0]]) if n_top else None
             if r.decision == "accept":
                 log.emit(Accept, request, step=step, position=position + r.i, i=r.i, token=r.token, p=r.p, q=r.q,
-                         u=r.u, top_p=top(p[r.i], n_top), top_q=top_q)
+                         u=r.u, top_p=top_p, top_q=top_q)
             else:
                 log.emit(Reject, request, step=step, position=position + r.i, i=r.i, token=r.token, p=r.p, q=r.q,
-                         u=r.u, top_p=top(p[r.i], n_top), top_q=top_q)
+                         u=r.u, top_p=top_p, top_q=top_q)
                 x = r.resampled
                 log.emit(Resample, request, step=step, position=position + r.i, i=r.i, token=x,
-                         p=float(p[r.i, x]), q=float(q_row[x]) if q_row is not None else float(x == r.token),
+                         p=float(p[r.i, x]), q=float(q[r.i, x]) if q is not None else float(x == r.token),
                          top_residual=top(r.residual, n_top))
         if verdict.bonus is not None and n_emitted == len(draft) + 1:
             log.emit(Bonus, request, step=step, position=position + len(draft), token=verdict.bonus,
-                     p=float(p[len(draft), verdict.bonus]), top_p=top(p[len(draft)], n_top))
+                     p=float(p[len(draft), verdict.bonus]), top_p=top(p[len(draft)], n_top) if n_top else None)

@@ -78,8 +78,16 @@ class Verdict:
 
 def acceptance_probability(p: torch.Tensor, q: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """min(1, p(x) / q(x)) for distributions p, q (..., vocab) and tokens x (...); 0 where q(x) = 0."""
-    p_x = p.gather(-1, x.unsqueeze(-1)).squeeze(-1)
-    q_x = q.gather(-1, x.unsqueeze(-1)).squeeze(-1)
+    return min_ratio(at(p, x), at(q, x))
+
+
+def at(dist: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """dist(x): each distribution's probability of its token, (..., vocab) and (...) -> (...)."""
+    return dist.gather(-1, x.unsqueeze(-1)).squeeze(-1)
+
+
+def min_ratio(p_x: torch.Tensor, q_x: torch.Tensor) -> torch.Tensor:
+    """min(1, p_x / q_x) elementwise; 0 where q_x = 0 (a token q could not have drawn)."""
     drawable = q_x > 0
     return torch.where(drawable, (p_x / q_x.where(drawable, 1.0)).clamp(max=1.0), 0.0)
 
@@ -110,9 +118,9 @@ def verify(
     p, q = _check(p, q, draft, batched=False)
     k = draft.shape[0]
     u = torch.rand(k, generator=generator, dtype=p.dtype)  # (k,)
-    accept = acceptance_probability(p[:k], q, draft).tolist()  # (k,)
-    rows = torch.arange(k)
-    p_of, q_of, u_of = p[rows, draft].tolist(), q[rows, draft].tolist(), u.tolist()  # Python floats: exact
+    p_x, q_x = at(p[:k], draft), at(q, draft)  # (k,) each
+    # as Python floats (exact), in one conversion: the decisions below compare them, the records keep them
+    u_of, p_of, q_of, accept = torch.stack([u, p_x, q_x, min_ratio(p_x, q_x)]).tolist()
     positions = []
     for i, x in enumerate(draft.tolist()):
         p_x, q_x = p_of[i], q_of[i]
@@ -173,8 +181,9 @@ def _check(
     k, vocab = draft.shape[-1], p.shape[-1]
     if p.shape[-2] != k + 1:
         raise ValueError(f"p must have k+1 = {k + 1} rows for a draft of k = {k} tokens, got {p.shape[-2]}")
-    if draft.numel() and not (0 <= (bounds := draft.aminmax()).min and bounds.max < vocab):
-        bad = draft[(draft < 0) | (draft >= vocab)][0].item()
+    lowest, highest = torch.stack(draft.aminmax()).tolist() if draft.numel() else (0, 0)
+    if lowest < 0 or highest >= vocab:
+        bad = lowest if lowest < 0 else highest
         raise ValueError(f"draft token ids must be in [0, vocab={vocab}), got {bad}")
     _check_distributions("p", p)
     if q is None:
@@ -195,7 +204,8 @@ def _check_distributions(name: str, probs: torch.Tensor) -> None:
         return
     sums = probs.sum(-1)
     # Loose enough for float32 softmax over a large vocabulary; the point is to catch logits passed by mistake.
-    if not (probs.amin() >= 0) & ((sums - 1).abs().amax() <= 1e-3):
+    lowest, off = torch.stack([probs.amin(), (sums - 1).abs().amax()]).tolist()
+    if not (lowest >= 0 and off <= 1e-3):  # written so that NaN fails too
         raise ValueError(
             f"{name} rows must be probability distributions (non-negative, summing to 1; pass probabilities, not "
             f"logits), got row sums in [{sums.min().item():.4g}, {sums.max().item():.4g}] and minimum "
