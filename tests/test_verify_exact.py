@@ -302,6 +302,9 @@ def test_verify_and_verify_batch_agree_on_one_row(dtype, with_q, k):
                                         torch.Generator().manual_seed(seed))
         assert accepted.item() == verdict.accepted
         assert tokens[0].tolist() == verdict.tokens + [-1] * (k - verdict.accepted)
+        unchecked = verify(p, q, draft, torch.Generator().manual_seed(seed), check=False)  # the engine's call
+        assert unchecked.tokens == verdict.tokens
+        assert [(r.u, r.p, r.q) for r in unchecked.positions] == [(r.u, r.p, r.q) for r in verdict.positions]
 
 
 # -- input errors ----------------------------------------------------------------------------------------------

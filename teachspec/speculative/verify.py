@@ -107,15 +107,18 @@ def point_mass(draft: torch.Tensor, vocab: int, dtype: torch.dtype) -> torch.Ten
 # -- the rule --------------------------------------------------------------------------------------------------
 
 def verify(
-    p: torch.Tensor, q: torch.Tensor | None, draft: torch.Tensor, generator: torch.Generator | None
+    p: torch.Tensor, q: torch.Tensor | None, draft: torch.Tensor, generator: torch.Generator | None,
+    check: bool = True,
 ) -> Verdict:
     """Run the acceptance rule on one draft.
 
     p: (k+1, vocab) target probabilities at the k drafted positions and the one after them.
     q: (k, vocab) draft probabilities each drafted token was sampled from, or None for a point-mass drafter.
     draft: (k,) long tensor of drafted token ids; k may be 0.
+    check=False skips validating the inputs: for a caller whose p and q come from `sampling.warp` and whose
+    draft was sampled from q (the engine, which would otherwise pay for it at every step).
     """
-    p, q = _check(p, q, draft, batched=False)
+    p, q = _check(p, q, draft, batched=False) if check else _distributions(p, q, draft)
     k = draft.shape[0]
     u = torch.rand(k, generator=generator, dtype=p.dtype)  # (k,)
     p_x, q_x = at(p[:k], draft), at(q, draft)  # (k,) each
@@ -186,15 +189,21 @@ def _check(
         bad = lowest if lowest < 0 else highest
         raise ValueError(f"draft token ids must be in [0, vocab={vocab}), got {bad}")
     _check_distributions("p", p)
+    if q is not None:
+        expected = (*p.shape[:n], k, vocab)
+        if not isinstance(q, torch.Tensor) or not q.is_floating_point() or tuple(q.shape) != expected:
+            raise ValueError(
+                f"q must be None or a floating-point tensor of shape {expected} (draft has k = {k}, p has vocab = "
+                f"{vocab}), got {_describe(q)}"
+            )
+        _check_distributions("q", q)
+    return _distributions(p, q, draft)
+
+
+def _distributions(p: torch.Tensor, q: torch.Tensor | None, draft: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """p and q in one dtype, q a point mass on the draft when None."""
     if q is None:
-        return p, point_mass(draft, vocab, p.dtype)
-    expected = (*p.shape[:n], k, vocab)
-    if not isinstance(q, torch.Tensor) or not q.is_floating_point() or tuple(q.shape) != expected:
-        raise ValueError(
-            f"q must be None or a floating-point tensor of shape {expected} (draft has k = {k}, p has vocab = "
-            f"{vocab}), got {_describe(q)}"
-        )
-    _check_distributions("q", q)
+        return p, point_mass(draft, p.shape[-1], p.dtype)
     dtype = torch.promote_types(p.dtype, q.dtype)
     return p.to(dtype), q.to(dtype)
 
