@@ -353,7 +353,7 @@ class Engine:
         """One event per judged position, then the resampled or bonus token; nothing past the EOS/budget cut."""
         log, n_top, q = self.events, self.record_top, proposal.q
         for r in verdict.positions[:n_emitted]:
-            # the alternatives only when they are recorded: the indexing alone would cost the engine its speed
+            # the alternatives only when they are recorded: even indexing a row is a tensor operation per position
             top_p = top(p[r.i], n_top) if n_top else None
             top_q = (top(q[r.i], n_top) if q is not None else [[r.token, 1.0]]) if n_top else None
             if r.decision == "accept":

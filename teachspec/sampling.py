@@ -100,7 +100,7 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tens
     at it), and u > 0 means the search always lands on a token. The same law as `torch.multinomial`, at a
     fraction of its cost for one draw over a large vocabulary, which matters when it runs k + 1 times a step.
     """
-    flat = probs.reshape(-1, probs.shape[-1]).double()  # (rows, vocab); float64 so the cumulative sum stays exact
-    cdf = flat.cumsum(-1)  # (rows, vocab)
+    flat = probs.reshape(-1, probs.shape[-1])  # (rows, vocab)
+    cdf = flat.cumsum(-1, dtype=torch.float64)  # (rows, vocab); summed in float64 so that it stays exact
     u = 1.0 - torch.rand(flat.shape[0], 1, generator=generator, dtype=torch.float64, device=flat.device)
     return torch.searchsorted(cdf, u * cdf[:, -1:]).reshape(probs.shape[:-1])

@@ -35,7 +35,8 @@ accepted and a rejection can only come from rounding, so the residual falls back
 The uniforms u_0 .. u_{k-1} are drawn up front, one per drafted position in order (those after the first rejection
 go unused); then one token is drawn, the resample or the bonus. `verify` (one sequence, with a readable trace) and
 `verify_batch` (vectorised over a batch) use the generator in exactly this way, so with one row they agree token
-for token, and they share the two building blocks `acceptance_probability` and `residual`.
+for token, and they share the two building blocks: min(1, p/q) (`acceptance_probability`, or `min_ratio` of
+probabilities already read off) and `residual`.
 """
 
 from __future__ import annotations
