@@ -1,7 +1,8 @@
 """The acceptance rule, exactly: enumeration in float64 (T1) and hand-checked cases of `verify` itself.
 
 T1 walks every draft a toy draft model can propose (weighted by its autoregressive probability) and every
-accept/reject branch of the rule, built from the same `acceptance_probability` and `residual` that `verify` uses.
+accept/reject branch of the rule, built from the same `acceptance_probability` and `residual` that `verify_batch`
+uses (and `verify` agrees with it token for token, tested below).
 Repeating speculation steps until m tokens are out must give every m-token sequence exactly the probability the
 target alone gives it, for m = 1 .. k+1.
 """

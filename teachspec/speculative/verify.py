@@ -35,8 +35,7 @@ accepted and a rejection can only come from rounding, so the residual falls back
 The uniforms u_0 .. u_{k-1} are drawn up front, one per drafted position in order (those after the first rejection
 go unused); then one token is drawn, the resample or the bonus. `verify` (one sequence, with a readable trace) and
 `verify_batch` (vectorised over a batch) use the generator in exactly this way, so with one row they agree token
-for token, and they share the two building blocks: min(1, p/q) (`acceptance_probability`, or `min_ratio` of
-probabilities already read off) and `residual`.
+for token (both divide p/q in float64), and they share the building block `residual`.
 """
 
 from __future__ import annotations
@@ -78,19 +77,17 @@ class Verdict:
 # -- the rule's two building blocks ------------------------------------------------------------------------------
 
 def acceptance_probability(p: torch.Tensor, q: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """min(1, p(x) / q(x)) for distributions p, q (..., vocab) and tokens x (...); 0 where q(x) = 0."""
-    return min_ratio(at(p, x), at(q, x))
+    """min(1, p(x) / q(x)) for distributions p, q (..., vocab) and tokens x (...); 0 where q(x) = 0.
+
+    Divided in float64 whatever the inputs' dtype, as `verify` divides Python floats, so that both decide alike."""
+    p_x, q_x = at(p, x).double(), at(q, x).double()
+    drawable = q_x > 0
+    return torch.where(drawable, (p_x / q_x.where(drawable, 1.0)).clamp(max=1.0), 0.0)
 
 
 def at(dist: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """dist(x): each distribution's probability of its token, (..., vocab) and (...) -> (...)."""
     return dist.gather(-1, x.unsqueeze(-1)).squeeze(-1)
-
-
-def min_ratio(p_x: torch.Tensor, q_x: torch.Tensor) -> torch.Tensor:
-    """min(1, p_x / q_x) elementwise; 0 where q_x = 0 (a token q could not have drawn)."""
-    drawable = q_x > 0
-    return torch.where(drawable, (p_x / q_x.where(drawable, 1.0)).clamp(max=1.0), 0.0)
 
 
 def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -122,17 +119,15 @@ def verify(
     p, q = _check(p, q, draft, batched=False) if check else _distributions(p, q, draft)
     k = draft.shape[0]
     u = torch.rand(k, generator=generator, dtype=p.dtype)  # (k,)
-    p_x, q_x = at(p[:k], draft), at(q, draft)  # (k,) each
     # as Python floats (exact), in one conversion: the decisions below compare them, the records keep them
-    u_of, p_of, q_of, accept = torch.stack([u, p_x, q_x, min_ratio(p_x, q_x)]).tolist()
+    u_of, p_of, q_of = torch.stack([u, at(p[:k], draft), at(q, draft)]).tolist()
     positions = []
     for i, x in enumerate(draft.tolist()):
         p_x, q_x = p_of[i], q_of[i]
-        record = PositionRecord(
-            i=i, token=x, q=q_x, p=p_x, ratio=p_x / q_x if q_x > 0 else math.inf, u=u_of[i], decision="accept"
-        )
+        ratio = p_x / q_x if q_x > 0 else math.inf
+        record = PositionRecord(i=i, token=x, q=q_x, p=p_x, ratio=ratio, u=u_of[i], decision="accept")
         positions.append(record)
-        if not u_of[i] < accept[i]:
+        if not (q_x > 0 and u_of[i] < min(1.0, ratio)):  # accept with probability min(1, p/q); never if q(x) = 0
             record.decision = "reject"
             record.residual = residual(p[i], q[i])
             record.resampled = sample(record.residual, generator).item()
