@@ -92,3 +92,9 @@ def test_unpack_and_pack_again():
         torch.testing.assert_close(model(IDS).logits, want, atol=1e-4, rtol=1e-5)
         assert type(pack(model).lm_head) is PackedLinear
         torch.testing.assert_close(model(IDS).logits, want, atol=1e-4, rtol=1e-5)
+
+
+def test_a_model_whose_copies_would_be_too_large_stays_plain():
+    model = build_model("llama", hidden=32, layers=1)  # one packable layer, the output layer: 2^17 float32 weights
+    assert type(pack(model, max_bytes=4 * MIN_WEIGHTS - 1).lm_head) is nn.Linear
+    assert type(pack(model, max_bytes=4 * MIN_WEIGHTS).lm_head) is PackedLinear

@@ -23,6 +23,9 @@ from torch import nn
 
 # Smaller layers stay with MKL: oneDNN spends ~10 us per call whatever the size, more than packing saves on them.
 MIN_WEIGHTS = 2**17
+# The packed copies sit beside the weights (which stay, for the state dict, tied weights and gradients), so by
+# default a model is packed only while they fit easily in a laptop's memory.
+MAX_COPY_BYTES = 2**30
 
 
 def available() -> bool:
@@ -51,16 +54,17 @@ class PackedLinear(nn.Linear):
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
 
 
-def pack(model: nn.Module) -> nn.Module:
+def pack(model: nn.Module, max_bytes: int | None = MAX_COPY_BYTES) -> nn.Module:
     """Make every large enough `nn.Linear` of `model` a `PackedLinear`, in place; return the model.
 
     The layer keeps its identity (its class is swapped, nothing is copied), so tied weights stay tied and hooks
-    stay attached. A no-op where oneDNN's packed kernel is not available."""
-    if not available():
+    stay attached. A no-op where oneDNN's packed kernel is not available, or where the packed copies would take
+    more than `max_bytes` (None: no limit): a 1.5B-parameter model in float32 would hold its 6 GB twice."""
+    layers = [m for m in model.modules() if type(m) is nn.Linear and m.weight.numel() >= MIN_WEIGHTS]
+    if not available() or (max_bytes is not None and sum(m.weight.nbytes for m in layers) > max_bytes):
         return model
-    for module in model.modules():
-        if type(module) is nn.Linear and module.weight.numel() >= MIN_WEIGHTS:
-            module.__class__ = PackedLinear
+    for module in layers:
+        module.__class__ = PackedLinear
     return model
 
 

@@ -100,7 +100,8 @@ def load_pair(name: str | None = None, *, target: str | Path | None = None, draf
 
     `draft=None` with a `target` gives a pair with no draft model (prompt lookup and oracle drafters still work).
     `device` defaults to "cpu"; `dtype` to float32 on CPU and bfloat16 on CUDA. On the CPU in float32 the large
-    linear layers are packed for oneDNN (`teachspec.models.packed`): the same numbers, a flatter verification cost.
+    linear layers are packed for oneDNN (`teachspec.models.packed`): the same numbers, a flatter verification cost,
+    for models whose packed copies take at most 1 GiB (`packed.pack(model, max_bytes=None)` packs any).
     """
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
