@@ -74,7 +74,7 @@ class Verdict:
     resampled: int | None = None  # drawn from the residual at the first rejection
 
 
-# -- the rule's two building blocks ------------------------------------------------------------------------------
+# -- the rule's building blocks ----------------------------------------------------------------------------------
 
 def acceptance_probability(p: torch.Tensor, q: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """min(1, p(x) / q(x)) for distributions p, q (..., vocab) and tokens x (...); 0 where q(x) = 0.
