@@ -64,7 +64,9 @@ def warp(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     if not isinstance(logits, torch.Tensor) or not logits.is_floating_point() or logits.dim() == 0:
         got = f"{logits.dtype} of shape {tuple(logits.shape)}" if isinstance(logits, torch.Tensor) else type(logits)
         raise ValueError(f"logits must be a floating-point tensor of shape (..., vocab), got {got}")
-    if not torch.isfinite(logits.sum()):  # a finite sum has no NaN or inf in it: one cheap pass in the usual case
+    # A finite sum has no NaN or inf in it: in the usual case one pass and one number read back, which matters
+    # because warp runs k + 1 times a step.
+    if not math.isfinite(logits.sum()):
         if torch.isnan(logits).any() or torch.isposinf(logits).any():
             raise ValueError("logits must not contain NaN or +inf")
         if torch.isneginf(logits).all(-1).any():

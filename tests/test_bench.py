@@ -37,7 +37,11 @@ def test_the_columns(result):
     assert 1.0 <= k3["tokens_per_target_pass"] <= 4.0 and 0.0 <= k3["alpha"] <= 1.0 and k3["c"] > 0
     assert k3["predicted"] == pytest.approx(speedup(k3["alpha"], 3, k3["c"]))
     assert k3["measured_over_predicted"] == pytest.approx(k3["decoding_speedup"] / k3["predicted"])
+    assert plain["pass_cost"] == 1.0 and k3["pass_cost"] > 0
+    # the cost-aware prediction is the paper's with the measured pass cost in place of 1
+    cost_aware = sum(k3["alpha"] ** i for i in range(4)) / (3 * k3["c"] + k3["pass_cost"])  # E[tokens] / cost
+    assert k3["predicted_cost_aware"] == pytest.approx(cost_aware)
     lookup = rows(result, "copy-heavy, temperature 0")["ours prompt lookup k=8"]
     assert "predicted" not in lookup  # no formula for its runs of guesses
     table = markdown(result)
-    assert "| measured / paper |" in table and f"| ours k=3 | {k3['speedup']:.2f}x | " in table
+    assert "| pass cost |" in table and "| measured / paper |" in table and f"| ours k=3 | {k3['speedup']:.2f}x | " in table

@@ -12,9 +12,10 @@ Columns:
   Every column below is about these steps alone; transformers does not report them, so its rows stop here;
 - tok/pass: new tokens per target forward pass; alpha: accepted / judged guesses;
 - c: the draft's pass time / a plain decoding step's target pass time;
+- pass cost: the method's target pass time (over k + 1 tokens) / a plain decoding step's target pass time;
 - predicted (paper): Leviathan et al.'s (1 - alpha^(k+1)) / ((1 - alpha)(k c + 1)) from the measured alpha and c,
-  which takes a target pass over k + 1 tokens to cost what one over a single token does; measured / paper is the
-  speedup after the first token over it;
+  which takes a target pass over k + 1 tokens to cost what one over a single token does (a pass cost of 1);
+  measured / paper is the speedup after the first token over it;
 - predicted (cost-aware): the same expectation with the *measured* target pass time at this k in place of that
   constant; measured / cost-aware is what is left: the engine's own overhead.
 Prompt lookup gets no prediction: its guesses are not independent (a copied stretch, once it starts, tends to go
@@ -148,18 +149,17 @@ def summarise(rows: dict[str, Row], baseline: str = "ours plain") -> list[dict]:
         if row.decoding_tokens:
             d["decoding_speedup"] = per_token / (row.decoding_s / row.decoding_tokens)
             d["tokens_per_target_pass"] = row.decoding_tokens / row.target_passes
+            d["pass_cost"] = row.target_s / row.target_passes / t_target
         if row.drafted:
             alpha = row.accepted / (row.accepted + row.rejected)  # per judged guess, as the formula assumes
             k = row.drafted / max(1, row.target_passes)  # mean guesses per step
             c = (row.draft_s / row.draft_passes) / t_target if row.draft_passes else 0.0
-            t_pass = row.target_s / row.target_passes
             d.update(alpha=alpha, c=c, mean_k=k)
             if row.k.isdigit() and row.draft_passes:  # a draft model; see the module docstring for prompt lookup
                 kk = int(row.k)
                 d["predicted"] = speedup(min(alpha, 1.0), kk, c)
                 d["measured_over_predicted"] = d["decoding_speedup"] / d["predicted"]
-                d["predicted_cost_aware"] = expected_tokens(min(alpha, 1.0), kk) * t_target / \
-                    (kk * c * t_target + t_pass)
+                d["predicted_cost_aware"] = expected_tokens(min(alpha, 1.0), kk) / (kk * c + d["pass_cost"])
                 d["measured_over_cost_aware"] = d["decoding_speedup"] / d["predicted_cost_aware"]
         out.append(d)
     return out
@@ -223,14 +223,14 @@ def markdown(result: dict) -> str:
     for name, w in result["workloads"].items():
         same = w["greedy_outputs_identical"]
         lines += ["", f"**{name}**" + ("" if same is None else f" (greedy outputs identical: {same})"), "",
-                  "| method | speedup | after the first token | tok/s | tok/pass | alpha | c | predicted (paper) "
-                  "| measured / paper | predicted (cost-aware) | measured / cost-aware |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "| method | speedup | after the first token | tok/s | tok/pass | alpha | c | pass cost "
+                  "| predicted (paper) | measured / paper | predicted (cost-aware) | measured / cost-aware |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in w["rows"]:
             def f(key, fmt="{:.2f}"):
                 return fmt.format(r[key]) if key in r else ""
             lines.append(f"| {r['method']} | {r['speedup']:.2f}x | {f('decoding_speedup', '{:.2f}x')} | "
                          f"{r['tokens_per_s']:.0f} | {f('tokens_per_target_pass')} | {f('alpha')} | {f('c')} | "
-                         f"{f('predicted')} | {f('measured_over_predicted')} | {f('predicted_cost_aware')} | "
-                         f"{f('measured_over_cost_aware')} |")
+                         f"{f('pass_cost')} | {f('predicted')} | {f('measured_over_predicted')} | "
+                         f"{f('predicted_cost_aware')} | {f('measured_over_cost_aware')} |")
     return "\n".join(lines)

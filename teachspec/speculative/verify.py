@@ -121,8 +121,8 @@ def verify(
     u = torch.rand(k, generator=generator, dtype=p.dtype)  # (k,)
     # as Python floats (exact), in one conversion: the decisions below compare them, the records keep them
     u_of, p_of, q_of = torch.stack([u, at(p[:k], draft), at(q, draft)]).tolist()
-    positions = []
-    for i, x in enumerate(draft.tolist()):
+    xs, positions = draft.tolist(), []
+    for i, x in enumerate(xs):
         p_x, q_x = p_of[i], q_of[i]
         ratio = p_x / q_x if q_x > 0 else math.inf
         record = PositionRecord(i=i, token=x, q=q_x, p=p_x, ratio=ratio, u=u_of[i], decision="accept")
@@ -131,10 +131,10 @@ def verify(
             record.decision = "reject"
             record.residual = residual(p[i], q[i])
             record.resampled = sample(record.residual, generator).item()
-            tokens = draft[:i].tolist() + [record.resampled]
+            tokens = xs[:i] + [record.resampled]
             return Verdict(accepted=i, tokens=tokens, positions=positions, resampled=record.resampled)
     bonus = sample(p[k], generator).item()
-    return Verdict(accepted=k, tokens=draft.tolist() + [bonus], positions=positions, bonus=bonus)
+    return Verdict(accepted=k, tokens=xs + [bonus], positions=positions, bonus=bonus)
 
 
 def verify_batch(
