@@ -19,6 +19,7 @@ from transformers import PreTrainedModel
 
 from teachspec import kv
 from teachspec.checks import check_context, check_int, check_prompt
+from teachspec.device import synchronize
 from teachspec.events import EventLog, Finish, Plain, Prefill, RequestStart
 from teachspec.models.pair import Pair, load_pair
 from teachspec.sampling import SamplingParams, sample, warp
@@ -54,6 +55,7 @@ def decode(model: PreTrainedModel, prompt: list[int], max_new_tokens: int, param
     if max_new_tokens > 0:
         cache = kv.new_cache(model)
         logits = kv.forward(model, prompt, cache, 1, vocab_size)[0]  # prefill yields the first token's logits
+        synchronize(logits.device)
         ms = 1e3 * (time.perf_counter() - t_start)
         stats.target_passes, stats.target_s = 1, ms / 1e3
         events.emit(Prefill, request, cached=0, computed=len(prompt), ms=ms)
@@ -71,6 +73,7 @@ def decode(model: PreTrainedModel, prompt: list[int], max_new_tokens: int, param
                 break
             t0 = time.perf_counter()
             logits = kv.forward(model, [token], cache, 1, vocab_size)[0]
+            synchronize(logits.device)
             ms = 1e3 * (time.perf_counter() - t0)
             stats.target_s += ms / 1e3
             stats.target_passes += 1

@@ -43,3 +43,14 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torc
     if dtype not in DTYPES:
         raise ValueError(f"dtype={dtype!r} is not supported; use one of {sorted(DTYPES)}")
     return DTYPES[dtype]
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the work queued on `device` to finish, so that a clock read next times it.
+
+    A GPU runs kernels asynchronously: a forward pass returns as soon as its kernels are queued, and without this a
+    timer would charge the pass's time to whatever next reads a result back. The CPU computes as it goes."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()

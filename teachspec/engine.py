@@ -23,6 +23,7 @@ import torch
 from teachspec import kv
 from teachspec.checks import check_context, check_int, check_prompt
 from teachspec.decode import Generation
+from teachspec.device import synchronize
 from teachspec.events import Accept, Bonus, Draft, EventLog, Finish, Prefill, Reject, RequestStart, Resample, \
     Score, Verify
 from teachspec.models.pair import Pair, load_pair
@@ -203,6 +204,7 @@ class Engine:
                 if kv.length(cache) < P:  # the prompt's last position gives p(first token), the same for all
                     computed = P - kv.length(cache)
                     first = kv.forward(target, prompt[-computed:], cache, 1, V)  # (1, V)
+                    synchronize(first.device)
                     log.emit(Prefill, request, cached=P - computed, computed=computed,
                              ms=1e3 * (time.perf_counter() - t0))
                     stats.target_passes += 1
@@ -212,7 +214,8 @@ class Engine:
                     logits = torch.cat([first, kv.forward(target, tail[:-1], cache, len(tail) - 1, V)])
                     kv.crop_to(cache, P)
                     stats.target_passes += 1
-                logprobs = torch.log_softmax(logits, dim=-1)[torch.arange(len(tail)), torch.tensor(tail)]
+                rows = torch.arange(len(tail), device=logits.device)
+                logprobs = torch.log_softmax(logits, dim=-1)[rows, torch.tensor(tail, device=logits.device)]
                 stats.wall_s = stats.target_s = time.perf_counter() - t0
                 scored.append(Scored(list(tail), [float(x) for x in logprobs], stats))
                 log.emit(Score, request, position=P, tokens=list(tail), logprobs=scored[-1].logprobs)
@@ -297,7 +300,8 @@ class Engine:
             k = min(policy.next_k(), max_new_tokens - len(new) - 1)
             proposal = drafter.propose(ids, k, params, generator, policy.stop_below) if k > 0 else \
                 Proposal([], None, 0, 0.0)
-            draft, guesses = proposal.tokens, torch.tensor(proposal.tokens, dtype=torch.long)  # (k,)
+            draft = proposal.tokens
+            guesses = torch.tensor(draft, dtype=torch.long, device=self.pair.device)  # (k,)
             if draft:
                 log.emit(Draft, request, step=step, position=len(ids), tokens=draft,
                          q=[1.0] * len(draft) if proposal.q is None else at(proposal.q, guesses).tolist(),
@@ -308,6 +312,7 @@ class Engine:
             uncached = len(ids) - kv.length(cache)
             logits = kv.forward(target, ids[kv.length(cache):] + draft, cache, len(draft) + 1, V)  # (k+1, V)
             p = warp(logits, params)
+            synchronize(p.device)
             target_s = time.perf_counter() - t0
             if step == 0:
                 log.emit(Prefill, request, cached=stats.cached_tokens, computed=uncached, ms=1e3 * target_s)

@@ -75,9 +75,7 @@ def forward(model: PreTrainedModel, ids: list[int] | torch.Tensor, cache: Dynami
             vocab_size: int) -> torch.Tensor:
     """Run `ids` through the model on top of `cache` (which grows by len(ids)); return the float32 logits of
     the last `last` positions, sliced to the pair's shared vocabulary: `(last, vocab_size)`."""
-    if not torch.is_tensor(ids):
-        ids = torch.tensor(ids, dtype=torch.long)
-    ids = ids.to(model.device).view(1, -1)
+    ids = torch.as_tensor(ids, dtype=torch.long, device=model.device).view(1, -1)  # (1, n)
     out = model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=last)
     return out.logits[0, -last:, :vocab_size].float()
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import torch
 
 from teachspec.decode import decode
+from teachspec.device import synchronize
 from teachspec.engine import Engine
 from teachspec.events import EventLog
 from teachspec.models.pair import Pair
@@ -113,6 +114,7 @@ def hf(assisted: bool, k: int | None = None):
         torch.manual_seed(seed)
         t0 = time.perf_counter()
         out = pair.target.generate(ids, **kw)
+        synchronize(pair.device)
         seconds = time.perf_counter() - t0
         if assisted:
             for a, v in saved.items():

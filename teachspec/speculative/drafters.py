@@ -135,7 +135,7 @@ class NgramDrafter:
     def propose(self, ids: list[int], k: int, params: SamplingParams, generator,
                 stop_below: float | None = None) -> Proposal:
         t0 = time.perf_counter()
-        seq = torch.tensor(ids)
+        seq = torch.tensor(ids, device="cpu")  # bookkeeping on token ids: the CPU, whatever the models' device
         for n in range(min(self.n_max, len(ids) - 1), self.n_min - 1, -1):
             windows = seq[:-1].unfold(0, n, 1)  # (len - n, n): every earlier n-gram, excluding the suffix itself
             starts = (windows == seq[-n:]).all(-1).nonzero().flatten()

@@ -118,7 +118,7 @@ def verify(
     """
     p, q = _check(p, q, draft, batched=False) if check else _distributions(p, q, draft)
     k = draft.shape[0]
-    u = torch.rand(k, generator=generator, dtype=p.dtype)  # (k,)
+    u = torch.rand(k, generator=generator, dtype=p.dtype, device=p.device)  # (k,)
     # as Python floats (exact), in one conversion: the decisions below compare them, the records keep them
     u_of, p_of, q_of = torch.stack([u, at(p[:k], draft), at(q, draft)]).tolist()
     xs, positions = draft.tolist(), []
@@ -147,19 +147,19 @@ def verify_batch(
     """
     p, q = _check(p, q, draft, batched=True)
     B, k = draft.shape
-    u = torch.rand(B, k, generator=generator, dtype=p.dtype)  # (B, k)
+    u = torch.rand(B, k, generator=generator, dtype=p.dtype, device=p.device)  # (B, k)
     accepted_at = u < acceptance_probability(p[:, :k], q, draft)  # (B, k)
     accepted = accepted_at.long().cumprod(-1).sum(-1)  # (B,) length of the leading run of acceptances
 
-    rows = torch.arange(B)
+    rows = torch.arange(B, device=p.device)
     final = p[rows, accepted]  # (B, vocab): p_k, the bonus distribution, where every draft was accepted
     hit = accepted < k  # rows with a rejection resample from the residual at that position instead
     final[hit] = residual(p[rows[hit], accepted[hit]], q[rows[hit], accepted[hit]])
     last = sample(final, generator)  # (B,)
 
-    slot = torch.arange(k + 1)
+    slot = torch.arange(k + 1, device=p.device)
     tokens = torch.where(slot[:k] < accepted[:, None], draft, -1)  # (B, k)
-    tokens = torch.cat([tokens, torch.full((B, 1), -1)], dim=1)  # (B, k+1)
+    tokens = torch.cat([tokens, torch.full((B, 1), -1, device=p.device)], dim=1)  # (B, k+1)
     tokens[rows, accepted] = last
     return accepted, tokens
 
@@ -177,6 +177,9 @@ def _check(
         raise ValueError(f"draft must be a long (int64) tensor of token ids, got {_describe(draft)}")
     if draft.dim() != n + 1 or draft.shape[:n] != p.shape[:n]:
         raise ValueError(f"draft must have shape ({lead}k) to match p {tuple(p.shape)}, got {tuple(draft.shape)}")
+    for name, t in (("draft", draft), ("q", q)):
+        if isinstance(t, torch.Tensor) and t.device != p.device:
+            raise ValueError(f"{name} is on {t.device} and p on {p.device}: they must be on one device")
     k, vocab = draft.shape[-1], p.shape[-1]
     if p.shape[-2] != k + 1:
         raise ValueError(f"p must have k+1 = {k + 1} rows for a draft of k = {k} tokens, got {p.shape[-2]}")
