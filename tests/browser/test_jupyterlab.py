@@ -131,8 +131,11 @@ def test_views_render_live_replay_and_play_without_a_kernel(lab, shots):
         assert page.locator(".ts-spec").count() == 2, "the replay view never appeared"
         assert len(seen_tokens) >= 3, f"the live text did not grow step by step: {sorted(seen_tokens)}"
         assert len(seen_nodes) >= 3, f"the live tree did not change step by step: {sorted(seen_nodes)}"
-        # the frames arrive in many small deltas, not only in the snapshots that double (about log2 of them)
-        assert len(seen_frames) >= 8, f"the live view received few updates: {sorted(seen_frames)}"
+        # the frames arrive in small deltas (about one a request, of twelve), not only in the snapshots that double:
+        # several updates each add less than half of what the view already had
+        frames = sorted(int(f) for f in seen_frames)
+        small = sum(b < 1.5 * a for a, b in zip(frames, frames[1:]))
+        assert small >= 5, f"the live view received few small updates: {frames}"
         page.wait_for_selector(".jp-RenderedSVG svg, .jp-RenderedImage svg, .jp-OutputArea-output svg text",
                                timeout=120_000)
         page.wait_for_timeout(1500)  # let the live views play through their last frames
