@@ -74,6 +74,16 @@ def cmd_bench_speculative(args) -> None:
         save(result, args.json)
 
 
+def cmd_bench_mechanics(args) -> None:
+    from teachspec.bench import mechanics, save, speculative
+
+    pair = mechanics.config_pair(mechanics.Shape(args.layers, args.hidden), args.device, args.dtype)
+    result = mechanics.bench(pair, args.prompts, args.prompt_tokens, args.new_tokens, args.ks, args.seed)
+    print(speculative.markdown(result))
+    if args.json:
+        save(result, args.json)
+
+
 def cmd_bench_radix(args) -> None:
     from teachspec.bench import radix, save
 
@@ -131,6 +141,18 @@ def main(argv: list[str] | None = None) -> None:
     bs.add_argument("--seed", type=int, default=0)
     bs.add_argument("--json", default=None, help="also write the results here")
     bs.set_defaults(run=cmd_bench_speculative)
+    bm = bsub.add_parser("mechanics", help="the engine's own cost: the oracle drafter on a config-built target")
+    bm.add_argument("--device", default=None, help="cpu (default), cuda, cuda:N or mps")
+    bm.add_argument("--dtype", default=None, help="float32 (CPU default), bfloat16 (GPU default) or float16")
+    bm.add_argument("--layers", type=int, default=6, help="decoder layers of the random target (default 6)")
+    bm.add_argument("--hidden", type=int, default=384, help="its width, a multiple of 64 (default 384)")
+    bm.add_argument("--prompts", type=int, default=8)
+    bm.add_argument("--prompt-tokens", type=int, default=64)
+    bm.add_argument("--new-tokens", type=int, default=64)
+    bm.add_argument("--ks", type=int, nargs="+", default=[1, 2, 4, 8])
+    bm.add_argument("--seed", type=int, default=0)
+    bm.add_argument("--json", default=None, help="also write the results here")
+    bm.set_defaults(run=cmd_bench_mechanics)
     br = bsub.add_parser("radix", help="prefix reuse: cache on vs off, fcfs vs lpm vs dfs, per workload")
     add_model_args(br)
     br.add_argument("--workloads", nargs="+",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from teachspec.bench import mechanics
 from teachspec.bench.speculative import bench, markdown
 from teachspec.theory import speedup
 
@@ -45,3 +46,25 @@ def test_the_columns(result):
     assert "predicted" not in lookup  # no formula for its runs of guesses
     table = markdown(result)
     assert "| pass cost |" in table and "| measured / paper |" in table and f"| ours k=3 | {k3['speedup']:.2f}x | " in table
+
+
+def test_mechanics_times_the_oracle_on_a_config_built_target():
+    pair = mechanics.config_pair(mechanics.Shape(layers=1, hidden=64))
+    result = mechanics.bench(pair, n_prompts=2, prompt_tokens=8, n=8, ks=(1, 3), progress=False)
+    workload = result["workloads"]["random prompts, temperature 0"]
+    assert workload["greedy_outputs_identical"] is True  # the oracle's output is plain greedy decoding's
+    by_method = {r["method"]: r for r in workload["rows"]}
+    for k in (1, 3):
+        row = by_method[f"ours oracle k={k}"]
+        # q = p: every guess accepted, k + 1 tokens a step (8 new tokens split evenly for k = 1 and k = 3)
+        assert row["alpha"] == 1.0 and row["tokens_per_target_pass"] == k + 1
+        assert row["predicted"] == pytest.approx((k + 1) / (k * row["c"] + 1))
+    assert "| ours oracle k=3 |" in markdown(result)
+
+
+@pytest.mark.parametrize("shape, message", [(dict(hidden=100), "hidden must be a multiple of 64"),
+                                            (dict(layers=0), "layers must be >= 1")])
+def test_mechanics_refuses_a_shape_it_cannot_build(shape, message):
+    with pytest.raises(ValueError, match=message):
+        mechanics.config_pair(mechanics.Shape(**shape))
+

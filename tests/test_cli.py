@@ -50,3 +50,12 @@ def test_bench_program_measures_the_cache_side_by_side(tmp_path):
     assert abs(row["throughput_ratio"] - row["seconds_off"] / row["seconds_on"]) < 0.01 * row["throughput_ratio"]
     bad = teachspec("bench", "program", "--examples", "sudoku")
     assert bad.returncode == 2 and "examples ['sudoku'] are not example programs" in bad.stderr
+
+
+def test_bench_mechanics_builds_its_target_from_the_shape_given():
+    run = teachspec("bench", "mechanics", "--layers", "1", "--hidden", "64", "--prompts", "1", "--prompt-tokens", "8",
+                    "--new-tokens", "8", "--ks", "2")
+    assert run.returncode == 0, run.stderr
+    assert "random llama 1x64" in run.stdout and "| ours oracle k=2 |" in run.stdout
+    bad = teachspec("bench", "mechanics", "--hidden", "100")
+    assert bad.returncode == 2 and "hidden must be a multiple of 64 (the head size), got 100" in bad.stderr
