@@ -21,6 +21,10 @@ def add_model_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--pair", default=None, help="a bundled pair name (default: tiny)")
     ap.add_argument("--target", default=None, help="a hub id or local folder (instead of --pair)")
     ap.add_argument("--draft", default=None, help="a hub id or local folder for the draft model")
+    add_device_args(ap)
+
+
+def add_device_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--device", default=None, help="cpu (default), cuda, cuda:N or mps")
     ap.add_argument("--dtype", default=None, help="float32 (CPU default), bfloat16 (GPU default) or float16")
 
@@ -142,8 +146,7 @@ def main(argv: list[str] | None = None) -> None:
     bs.add_argument("--json", default=None, help="also write the results here")
     bs.set_defaults(run=cmd_bench_speculative)
     bm = bsub.add_parser("mechanics", help="the engine's own cost: the oracle drafter on a config-built target")
-    bm.add_argument("--device", default=None, help="cpu (default), cuda, cuda:N or mps")
-    bm.add_argument("--dtype", default=None, help="float32 (CPU default), bfloat16 (GPU default) or float16")
+    add_device_args(bm)
     bm.add_argument("--layers", type=int, default=6, help="decoder layers of the random target (default 6)")
     bm.add_argument("--hidden", type=int, default=384, help="its width, a multiple of 64 (default 384)")
     bm.add_argument("--prompts", type=int, default=8)
