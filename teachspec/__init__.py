@@ -4,10 +4,12 @@ A readable engine for speculative decoding and RadixAttention, with an event log
 The flow is one way: models -> engine -> events -> widgets.
 
 The names below load on first use (PEP 562), so `import teachspec.radix.tree` stays a plain data structure with
-no torch behind it, and the command line starts without loading transformers until it needs it.
+no torch behind it, and the command line starts without loading transformers until it needs it. Submodules load
+the same way: `import teachspec; teachspec.theory` imports teachspec.theory when it is first asked for.
 """
 
 from importlib import import_module
+from importlib.util import find_spec
 
 _EXPORTS = {
     "Engine": "teachspec.engine",
@@ -15,6 +17,7 @@ _EXPORTS = {
     "Pair": "teachspec.models.pair",
     "RadixCache": "teachspec.radix.tree",
     "load_pair": "teachspec.models.pair",
+    "set_threads": "teachspec.device",
     "verify": "teachspec.speculative.verify",
 }
 
@@ -25,6 +28,9 @@ __version__ = "0.1.0"
 def __getattr__(name: str):
     if name in _EXPORTS:
         return getattr(import_module(_EXPORTS[name]), name)
+    # a submodule, such as theory: imported now, and an ordinary attribute of the package from then on
+    if name.isidentifier() and not name.startswith("_") and find_spec(f"{__name__}.{name}") is not None:
+        return import_module(f"{__name__}.{name}")
     raise AttributeError(f"module 'teachspec' has no attribute {name!r}")
 
 

@@ -4,56 +4,199 @@
     teachspec generate "Return a new dictionary"     # plain decoding on the bundled target
     teachspec bench speculative --json out.json      # speedups measured side by side
     teachspec bench program                          # structured programs, radix cache on vs off
-    teachspec student notebooks/assignments/a1_acceptance_rule.ipynb   # the student version of an assignment
+    teachspec bench contention                       # decoding next to busy processes, with and without the policy
+    teachspec course my-course                       # the notebooks, assignments and traces, ready to open
+    teachspec student assignments/a1_acceptance_rule.ipynb   # the student version of an assignment
     teachspec traces                                 # re-record the traces the notebooks replay
-    teachspec pin notebooks/05_radix_attention.ipynb # run a notebook, keep only the outputs nbval checks
+    teachspec pin 05_radix_attention.ipynb           # run a notebook, keep only the outputs nbval checks
+
+Quick to answer. Nothing heavy is imported here: torch and transformers load only once a command runs, so
+`teachspec --help` and every `--help` answer at once. Every argument is checked by the parsers below before a
+model loads, and a mistake ends in one line, `teachspec NAME: error: ...`, with exit status 2. `none` means plain
+decoding wherever a command takes `--speculate`. Ctrl-C ends a command with one line and status 130.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import re
 import sys
+from pathlib import Path
 
-from teachspec.models import load_pair
+SPECULATE = ("model", "ngram", "oracle", "adversary", "none")  # the engine's drafters; none: plain decoding
+K_POLICIES = ("adaptive", "heuristic", "confidence")
+DEVICE = re.compile(r"cpu|cuda(:\d+)?|mps")
 
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with a mistake reported in one line (no usage block): `teachspec NAME: error: ...`, status 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+# -- argument types: each checks a value and says what is allowed ------------------------------------------------
+
+def whole(minimum: int):
+    """A whole number >= minimum."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+    return parse
+
+
+def number(low: float, high: float = math.inf, low_open: bool = False):
+    """A finite number in [low, high] (or (low, high] when `low_open`)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        above = value > low if low_open else value >= low
+        if not (math.isfinite(value) and above and value <= high):
+            span = f"in {'(' if low_open else '['}{low:g}, {high:g}]" if high < math.inf else f">= {low:g}"
+            raise argparse.ArgumentTypeError(f"must be a number {span}, got {text}")
+        return value
+    return parse
+
+
+def hidden_width(text: str) -> int:
+    value = whole(64)(text)
+    if value % 64:
+        raise argparse.ArgumentTypeError(f"must be a multiple of 64 (the head size), got {value}")
+    return value
+
+
+def draft_length(text: str) -> int | str:
+    """k: a whole number >= 0, or the name of a draft-length policy."""
+    if text in K_POLICIES:
+        return text
+    try:
+        return whole(0)(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0 or one of {', '.join(K_POLICIES)}; "
+                                         f"got {text!r}") from None
+
+
+def speculation(*allowed: str):
+    """A drafter name from `allowed`; "none" becomes None (plain decoding)."""
+    def parse(text: str) -> str | None:
+        if text not in allowed:
+            raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(allowed)}")
+        return None if text == "none" else text
+    return parse
+
+
+def device_name(text: str) -> str:
+    if not DEVICE.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a device name; use cpu, cuda, cuda:N or mps")
+    return text
+
+
+def bundled_pair(text: str) -> str:
+    """A pair shipped in the package: a folder of teachspec/models/ that holds a target/."""
+    names = sorted(p.name for p in (Path(__file__).parent / "models").iterdir() if (p / "target").is_dir())
+    if text not in names:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a bundled pair; bundled pairs: {', '.join(names)}. For "
+                                         f"other models use --target and --draft")
+    return text
+
+
+def text(value: str) -> str:
+    if not value:
+        raise argparse.ArgumentTypeError("is empty: give at least one character")
+    return value
+
+
+def notebook(value: str) -> Path:
+    """A notebook file that nbformat can read."""
+    path = Path(value)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"{value!r} is not a file")
+    if path.suffix != ".ipynb":
+        raise argparse.ArgumentTypeError(f"{value!r} is not a notebook (.ipynb)")
+    import nbformat  # here, not above: only the commands that take a notebook pay for it
+
+    try:
+        nbformat.read(path, as_version=4)
+    except Exception as e:  # not JSON, or JSON that is not a notebook (jsonschema's ValidationError)
+        raise argparse.ArgumentTypeError(f"{value!r} is not a readable notebook: {str(e).splitlines()[0]}") from None
+    return path
+
+
+def new_file(value: str) -> Path:
+    """A file to write: its folder must exist already, so a long run does not fail at its very end."""
+    path = Path(value)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{value!r} is a folder; give a file name")
+    if not path.resolve().parent.is_dir():
+        raise argparse.ArgumentTypeError(f"the folder of {value!r} does not exist")
+    return path
+
+
+# -- the options several commands share -------------------------------------------------------------------------
 
 def add_model_args(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("--pair", default=None, help="a bundled pair name (default: tiny)")
-    ap.add_argument("--target", default=None, help="a hub id or local folder (instead of --pair)")
-    ap.add_argument("--draft", default=None, help="a hub id or local folder for the draft model")
+    ap.add_argument("--pair", type=bundled_pair, default=None, help="a bundled pair (default: tiny)")
+    ap.add_argument("--target", default=None, help="a hub id or local folder for the target (instead of --pair)")
+    ap.add_argument("--draft", default=None, help="a hub id or local folder for the draft model (with --target)")
     add_device_args(ap)
 
 
 def add_device_args(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("--device", default=None, help="cpu (default), cuda, cuda:N or mps")
+    ap.add_argument("--device", type=device_name, default=None, help="cpu (default), cuda, cuda:N or mps")
     ap.add_argument("--dtype", default=None, help="float32 (CPU default), bfloat16 (GPU default) or float16")
+    ap.add_argument("--threads", type=whole(1), default=None,
+                    help="CPU threads for torch (default: the CPUs this process may use; see teachspec/device.py)")
 
 
 def add_sampling_args(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("--max-new-tokens", type=int, default=64)
-    ap.add_argument("--temperature", type=float, default=0.0, help="0 (default) decodes greedily")
-    ap.add_argument("--top-k", type=int, default=None)
-    ap.add_argument("--top-p", type=float, default=None)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--max-new-tokens", type=whole(0), default=64, help="tokens to generate (default 64)")
+    ap.add_argument("--temperature", type=number(0), default=0.0, help="0 (default) decodes greedily")
+    ap.add_argument("--top-k", type=whole(1), default=None, help="sample from the k likeliest tokens only")
+    ap.add_argument("--top-p", type=number(0, 1, low_open=True), default=None,
+                    help="sample from the smallest set of tokens whose probability reaches p (nucleus)")
+    ap.add_argument("--seed", type=whole(0), default=0, help="random seed (default 0)")
+
+
+def add_json_arg(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--json", type=new_file, default=None, help="also write the results here, as JSON")
 
 
 def pair_from(args):
+    from teachspec.device import set_threads
+    from teachspec.models import load_pair
+
+    if args.threads is not None:
+        set_threads(args.threads)
     return load_pair(args.pair, target=args.target, draft=args.draft, device=args.device, dtype=args.dtype)
 
+
+def save_json(result: dict, path: Path | None) -> None:
+    if path is not None:
+        from teachspec.bench import save
+
+        save(result, str(path))
+
+
+# -- the commands -----------------------------------------------------------------------------------------------
 
 def cmd_generate(args) -> None:
     from teachspec.decode import generate
 
+    stop = {"stop": args.stop} if args.stop else {}  # only when asked: older `generate`s take no stop=
     out = generate(args.prompt, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                   top_k=args.top_k, top_p=args.top_p, seed=args.seed, pair=pair_from(args))
+                   top_k=args.top_k, top_p=args.top_p, seed=args.seed, pair=pair_from(args), **stop)
     s = out.stats
     print(args.prompt + out.text)
     print(f"\n-- {s.new_tokens} tokens in {s.wall_s:.3f} s: {s.tokens_per_s:.1f} tokens/s, "
           f"{s.target_passes} target passes, stopped by {out.finish_reason}", file=sys.stderr)
-
-
-def parse_k(value: str):
-    return int(value) if value.lstrip("-").isdigit() else value
 
 
 def cmd_demo(args) -> None:
@@ -64,7 +207,7 @@ def cmd_demo(args) -> None:
 
 
 def cmd_bench_speculative(args) -> None:
-    from teachspec.bench import save, speculative
+    from teachspec.bench import speculative
     from teachspec.workloads import copy_heavy, docs_completion
 
     pair = pair_from(args)
@@ -74,39 +217,39 @@ def cmd_bench_speculative(args) -> None:
                                                       max_new_tokens=args.new_tokens).requests]
     result = speculative.bench(pair, docs, copy, n=args.new_tokens, ks=args.ks, seed=args.seed)
     print(speculative.markdown(result))
-    if args.json:
-        save(result, args.json)
+    save_json(result, args.json)
 
 
 def cmd_bench_mechanics(args) -> None:
-    from teachspec.bench import mechanics, save, speculative
+    from teachspec.bench import mechanics, speculative
+    from teachspec.device import set_threads
 
+    if args.threads is not None:
+        set_threads(args.threads)
     pair = mechanics.config_pair(mechanics.Shape(args.layers, args.hidden), args.device, args.dtype)
     result = mechanics.bench(pair, args.prompts, args.prompt_tokens, args.new_tokens, args.ks, args.seed)
     print(speculative.markdown(result))
-    if args.json:
-        save(result, args.json)
+    save_json(result, args.json)
 
 
 def cmd_bench_radix(args) -> None:
-    from teachspec.bench import radix, save
+    from teachspec.bench import radix
 
+    radix.check_workloads(args.workloads)
     result = radix.bench(pair_from(args), names=args.workloads, cache_tokens=args.cache_tokens, rounds=args.rounds,
                          speculate=args.speculate)
     print(radix.markdown(result))
-    if args.json:
-        save(result, args.json)
+    save_json(result, args.json)
 
 
 def cmd_bench_program(args) -> None:
-    from teachspec.bench import program, save
+    from teachspec.bench import program
 
-    speculate = None if args.speculate == "none" else args.speculate
+    program.check_examples(args.examples)
     result = program.bench(pair_from(args), names=args.examples, rounds=args.rounds, cache_tokens=args.cache_tokens,
-                           speculate=speculate, k=parse_k(args.k), questions=args.questions)
+                           speculate=args.speculate, k=args.k, questions=args.questions)
     print(program.markdown(result))
-    if args.json:
-        save(result, args.json)
+    save_json(result, args.json)
 
 
 def cmd_bench_widgets(args) -> None:
@@ -117,84 +260,189 @@ def cmd_bench_widgets(args) -> None:
         print(f"{prompt!r}: {live_overhead(pair, prompt, max_new_tokens=args.new_tokens, repeats=args.repeats)}")
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="teachspec", description="Guessing several tokens at once.")
-    sub = ap.add_subparsers(dest="command", required=True)
-    g = sub.add_parser("generate", help="continue a prompt with plain decoding on the target model")
-    g.add_argument("prompt")
+def cmd_bench_contention(args) -> None:
+    from teachspec.bench import contention
+
+    result = contention.bench(pair_from(args), busy=args.busy, new_tokens=args.new_tokens, repeats=args.repeats,
+                              k=args.k)
+    print(contention.markdown(result))
+    save_json(result, args.json)
+
+
+def cmd_student(args) -> None:
+    from teachspec.course.student import write
+
+    print(f"wrote {write(args.solution, args.out)}")
+
+
+def cmd_traces(args) -> None:
+    from teachspec.course.pairs import pick_pair
+    from teachspec.course.traces import record
+
+    if args.threads is not None:
+        from teachspec.device import set_threads
+
+        set_threads(args.threads)
+    for name, path in record(pick_pair(args.pair), args.out).items():
+        print(f"{name:16s} {path}  ({path.stat().st_size / 1024:.0f} KiB)")
+
+
+def cmd_pin(args) -> None:
+    from teachspec.course.pin import pin
+
+    for line in pin(args.notebooks, strip_only=args.strip, timeout=args.timeout):
+        print(line)
+
+
+def cmd_course(args) -> None:
+    from teachspec.course.materials import opening, write_course
+
+    written = write_course(args.dest, force=args.force)
+    print(f"wrote {len(written)} files into {args.dest}")
+    print(opening(args.dest))
+
+
+# -- the parser -------------------------------------------------------------------------------------------------
+
+def command(sub, name: str, help: str) -> Parser:
+    """A subcommand whose --help opens with the line the command list shows for it."""
+    return sub.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".")
+
+
+def parser() -> Parser:
+    ap = Parser(prog="teachspec", description="Guessing several tokens at once: speculative decoding and "
+                                              "RadixAttention, readable and measured.")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    g = command(sub, "generate", help="continue a prompt with plain decoding on the target model")
+    g.add_argument("prompt", type=text, help="the text to continue")
     add_model_args(g)
     add_sampling_args(g)
-    g.set_defaults(run=cmd_generate)
+    g.add_argument("--stop", action="append", type=text, metavar="TEXT",
+                   help="stop once the output contains TEXT (give it again for more stop texts)")
+    g.set_defaults(run=cmd_generate, parser=g)
 
-    d = sub.add_parser("demo", help="speculative decoding live in the terminal, coloured by decision")
-    d.add_argument("prompt", nargs="?", default="The \"with\" statement is used to")
+    d = command(sub, "demo", help="speculative decoding live in the terminal, coloured by decision")
+    d.add_argument("prompt", nargs="?", type=text, default="The \"with\" statement is used to",
+                   help="the text to continue (default: a sentence about the with statement)")
     add_model_args(d)
     add_sampling_args(d)
-    d.add_argument("--speculate", default="model", help="model (default), ngram, oracle or adversary")
-    d.add_argument("--k", type=parse_k, default=2, help="draft length, or adaptive / heuristic / confidence")
-    d.add_argument("--colour", choices=["auto", "always", "never"], default="auto")
-    d.set_defaults(run=cmd_demo)
+    d.add_argument("--speculate", type=speculation(*SPECULATE), default="model",
+                   help="who guesses: model (default), ngram, oracle, adversary, or none for plain decoding")
+    d.add_argument("--k", type=draft_length, default=2,
+                   help="draft length (default 2), or adaptive, heuristic or confidence")
+    d.add_argument("--colour", choices=["auto", "always", "never"], default="auto",
+                   help="colour the decisions: auto (default: when printing to a terminal), always or never")
+    d.set_defaults(run=cmd_demo, parser=d)
 
-    b = sub.add_parser("bench", help="benchmarks")
-    bsub = b.add_subparsers(dest="bench", required=True)
-    bs = bsub.add_parser("speculative", help="plain vs transformers vs ours at each k, adaptive, prompt lookup")
+    b = command(sub, "bench", help="benchmarks: measured side by side in one run")
+    bsub = b.add_subparsers(dest="bench", required=True, metavar="BENCH")
+    bs = command(bsub, "speculative", help="plain vs transformers vs ours at each k, adaptive, prompt lookup")
     add_model_args(bs)
-    bs.add_argument("--prompts", type=int, default=12)
-    bs.add_argument("--new-tokens", type=int, default=96)
-    bs.add_argument("--ks", type=int, nargs="+", default=[1, 2, 3, 4])
-    bs.add_argument("--seed", type=int, default=0)
-    bs.add_argument("--json", default=None, help="also write the results here")
-    bs.set_defaults(run=cmd_bench_speculative)
-    bm = bsub.add_parser("mechanics", help="the engine's own cost: the oracle drafter on a config-built target")
+    bs.add_argument("--prompts", type=whole(1), default=12, help="prompts per workload (default 12)")
+    bs.add_argument("--new-tokens", type=whole(1), default=96, help="tokens decoded per prompt (default 96)")
+    bs.add_argument("--ks", type=whole(1), nargs="+", default=[1, 2, 3, 4], help="draft lengths (default 1 2 3 4)")
+    bs.add_argument("--seed", type=whole(0), default=0, help="random seed (default 0)")
+    add_json_arg(bs)
+    bs.set_defaults(run=cmd_bench_speculative, parser=bs)
+
+    bm = command(bsub, "mechanics", help="the engine's own cost: the oracle drafter on a config-built target")
     add_device_args(bm)
-    bm.add_argument("--layers", type=int, default=6, help="decoder layers of the random target (default 6)")
-    bm.add_argument("--hidden", type=int, default=384, help="its width, a multiple of 64 (default 384)")
-    bm.add_argument("--prompts", type=int, default=8)
-    bm.add_argument("--prompt-tokens", type=int, default=64)
-    bm.add_argument("--new-tokens", type=int, default=64)
-    bm.add_argument("--ks", type=int, nargs="+", default=[1, 2, 4, 8])
-    bm.add_argument("--seed", type=int, default=0)
-    bm.add_argument("--json", default=None, help="also write the results here")
-    bm.set_defaults(run=cmd_bench_mechanics)
-    br = bsub.add_parser("radix", help="prefix reuse: cache on vs off, fcfs vs lpm vs dfs, per workload")
+    bm.add_argument("--layers", type=whole(1), default=6, help="decoder layers of the random target (default 6)")
+    bm.add_argument("--hidden", type=hidden_width, default=384, help="its width, a multiple of 64 (default 384)")
+    bm.add_argument("--prompts", type=whole(1), default=8, help="random prompts (default 8)")
+    bm.add_argument("--prompt-tokens", type=whole(1), default=64, help="tokens per prompt (default 64)")
+    bm.add_argument("--new-tokens", type=whole(1), default=64, help="tokens decoded per prompt (default 64)")
+    bm.add_argument("--ks", type=whole(1), nargs="+", default=[1, 2, 4, 8], help="draft lengths (default 1 2 4 8)")
+    bm.add_argument("--seed", type=whole(0), default=0, help="random seed (default 0)")
+    add_json_arg(bm)
+    bm.set_defaults(run=cmd_bench_mechanics, parser=bm)
+
+    br = command(bsub, "radix", help="prefix reuse: cache on vs off, fcfs vs lpm vs dfs, per workload")
     add_model_args(br)
     br.add_argument("--workloads", nargs="+",
-                    default=["system_prompt", "few_shot", "multi_turn", "tree_of_thought", "no_reuse"])
-    br.add_argument("--cache-tokens", type=int, default=16384)
-    br.add_argument("--rounds", type=int, default=3)
-    br.add_argument("--speculate", default=None, help="also speculate: model or ngram (default: no)")
-    br.add_argument("--json", default=None, help="also write the results here")
-    br.set_defaults(run=cmd_bench_radix)
-    bp = bsub.add_parser("program", help="structured programs (select, chat, fork, ReAct): radix cache on vs off")
-    add_model_args(bp)
-    bp.add_argument("--examples", nargs="+", default=["classify", "chat", "tree_of_thought", "react"])
-    bp.add_argument("--questions", type=int, default=8, help="questions in the few-shot classify batch")
-    bp.add_argument("--cache-tokens", type=int, default=16384)
-    bp.add_argument("--rounds", type=int, default=2)
-    bp.add_argument("--speculate", default="model", help="model (default), ngram, or none for plain decoding")
-    bp.add_argument("--k", default="2", help="draft length, or adaptive / heuristic / confidence")
-    bp.add_argument("--json", default=None, help="also write the results here")
-    bp.set_defaults(run=cmd_bench_program)
-    bw = bsub.add_parser("widgets", help="tokens/s with live views attached against none")
-    add_model_args(bw)
-    bw.add_argument("--new-tokens", type=int, default=64)
-    bw.add_argument("--repeats", type=int, default=5)
-    bw.set_defaults(run=cmd_bench_widgets)
-    for name, module, text in (("student", "teachspec.course.student", "write the student version of an assignment"),
-                               ("traces", "teachspec.course.traces", "re-record the traces the notebooks replay"),
-                               ("pin", "teachspec.course.pin", "run a notebook, keep only the outputs nbval checks")):
-        sub.add_parser(name, help=text, add_help=False).set_defaults(run=None, module=module)
-    args, rest = ap.parse_known_args(argv)
-    if getattr(args, "module", None):  # these commands parse their own arguments
-        import importlib
+                    default=["system_prompt", "few_shot", "multi_turn", "tree_of_thought", "no_reuse"],
+                    help="workloads of teachspec.workloads (default: all five)")
+    br.add_argument("--cache-tokens", type=whole(0), default=16384, help="the cache's budget in tokens (default "
+                                                                          "16384)")
+    br.add_argument("--rounds", type=whole(1), default=3, help="interleaved rounds to average (default 3)")
+    br.add_argument("--speculate", type=speculation("none", "model", "ngram"), default=None,
+                    help="also speculate: model or ngram (default: none, plain decoding)")
+    add_json_arg(br)
+    br.set_defaults(run=cmd_bench_radix, parser=br)
 
-        return importlib.import_module(args.module).main(rest)
+    bp = command(bsub, "program", help="structured programs (select, chat, fork, ReAct): radix cache on vs off")
+    add_model_args(bp)
+    bp.add_argument("--examples", nargs="+", default=["classify", "chat", "tree_of_thought", "react"],
+                    help="example programs of teachspec.program.examples (default: all four)")
+    bp.add_argument("--questions", type=whole(1), default=8, help="questions in the few-shot classify batch")
+    bp.add_argument("--cache-tokens", type=whole(0), default=16384, help="the cache's budget in tokens (default "
+                                                                          "16384)")
+    bp.add_argument("--rounds", type=whole(1), default=2, help="interleaved rounds to average (default 2)")
+    bp.add_argument("--speculate", type=speculation("model", "ngram", "none"), default="model",
+                    help="model (default), ngram, or none for plain decoding")
+    bp.add_argument("--k", type=draft_length, default=2,
+                    help="draft length (default 2), or adaptive, heuristic or confidence")
+    add_json_arg(bp)
+    bp.set_defaults(run=cmd_bench_program, parser=bp)
+
+    bw = command(bsub, "widgets", help="tokens/s with live views attached against none")
+    add_model_args(bw)
+    bw.add_argument("--new-tokens", type=whole(1), default=64, help="tokens per generation (default 64)")
+    bw.add_argument("--repeats", type=whole(1), default=5, help="runs of each, the median reported (default 5)")
+    bw.set_defaults(run=cmd_bench_widgets, parser=bw)
+
+    bc = command(bsub, "contention", help="plain and speculative decoding next to busy processes, with the "
+                                            "thread policy and with torch's default threads")
+    add_model_args(bc)
+    bc.add_argument("--busy", type=whole(0), nargs="+", default=[0, 1, 2],
+                    help="how many busy processes to run beside it, one row each (default 0 1 2)")
+    bc.add_argument("--new-tokens", type=whole(1), default=64, help="tokens per generation (default 64)")
+    bc.add_argument("--repeats", type=whole(1), default=3, help="generations of each, interleaved (default 3)")
+    bc.add_argument("--k", type=whole(1), default=2, help="draft length of the speculative runs (default 2)")
+    add_json_arg(bc)
+    bc.set_defaults(run=cmd_bench_contention, parser=bc)
+
+    s = command(sub, "student", help="write the student version of an assignment (solutions out, tests hidden)")
+    s.add_argument("solution", type=notebook, help="the solution notebook")
+    s.add_argument("-o", "--out", type=new_file, default=None,
+                   help="where to write it (default: student/<name>.ipynb beside the solution)")
+    s.set_defaults(run=cmd_student, parser=s)
+
+    t = command(sub, "traces", help="re-record the traces the notebooks replay")
+    t.add_argument("--pair", default="tiny", help="tiny (default), smollm2, qwen2.5, or config (testing only)")
+    t.add_argument("--out", type=Path, default=Path("traces"),
+                   help="the folder to write them into (default: traces/ in the current folder)")
+    t.add_argument("--threads", type=whole(1), default=None, help="CPU threads for torch (default: the policy)")
+    t.set_defaults(run=cmd_traces, parser=t)
+
+    p = command(sub, "pin", help="run notebooks top to bottom, keep only the outputs nbval checks")
+    p.add_argument("notebooks", nargs="+", type=notebook, help="the notebooks, rewritten in place")
+    p.add_argument("--strip", action="store_true", help="only clean the notebooks, without running them")
+    p.add_argument("--timeout", type=whole(1), default=600, help="seconds a cell may run (default 600)")
+    p.set_defaults(run=cmd_pin, parser=p)
+
+    c = command(sub, "course", help="write the course's notebooks, assignments and traces into a folder")
+    c.add_argument("dest", nargs="?", type=Path, default=Path("teachspec-course"),
+                   help="the folder to write into (default: teachspec-course/ in the current folder)")
+    c.add_argument("--force", action="store_true", help="overwrite course files already in the folder")
+    c.set_defaults(run=cmd_course, parser=c)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    args, rest = parser().parse_known_args(argv)
+    command = args.parser  # the subcommand's own parser: its errors read `teachspec NAME: error: ...`
     if rest:
-        ap.error(f"unrecognized arguments: {' '.join(rest)}")
+        command.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
         args.run(args)
-    except (ValueError, TypeError, FileNotFoundError) as e:
-        ap.exit(2, f"teachspec {args.command}: error: {e}\n")
+    except KeyboardInterrupt:
+        if sys.stdout.isatty():
+            print(flush=True)  # end the line a demo was printing
+        command.exit(130, f"{command.prog}: interrupted\n")
+    except (ValueError, TypeError, OSError) as e:  # bad input the parsers could not see: a missing model, ...
+        command.exit(2, f"{command.prog}: error: {' '.join(str(e).split())}\n")
 
 
 if __name__ == "__main__":

@@ -5,8 +5,9 @@ One target forward pass per token, each on top of the KV cache of everything bef
     logits = target(prompt)                       # prefill: the whole prompt in one pass
     repeat: x ~ warp(logits[-1]); logits = target(x)
 
-Greedy output is token-identical to transformers' own `generate` (a test checks it). Each step records a
-`Plain` event so the same views that animate speculation can show the baseline.
+Greedy output is token-identical to transformers' own `generate`, with the same eos ids and stop strings (tests
+check it on nine model families). Each step records a `Plain` event so the same views that animate speculation
+can show the baseline.
 """
 
 from __future__ import annotations
@@ -18,12 +19,13 @@ import torch
 from transformers import PreTrainedModel
 
 from teachspec import kv
-from teachspec.checks import check_context, check_int, check_prompt
+from teachspec.checks import check_context, check_int, check_prompt, check_seed
 from teachspec.device import synchronize
 from teachspec.events import EventLog, Finish, Plain, Prefill, RequestStart
 from teachspec.models.pair import Pair, load_pair
 from teachspec.sampling import SamplingParams, sample, warp
 from teachspec.stats import Stats
+from teachspec.stopping import StopRule, eos_ids, stop_strings
 
 
 @dataclass
@@ -31,7 +33,7 @@ class Generation:
     text: str  # the new text only
     tokens: list[int]  # the new token ids
     prompt: list[int]
-    finish_reason: str  # "eos" or "length"
+    finish_reason: str  # "eos", "stop" (a stop string) or "length"
     stats: Stats = field(default_factory=Stats)
 
 
@@ -44,8 +46,11 @@ def pick(logits: torch.Tensor, params: SamplingParams, generator: torch.Generato
 
 @torch.inference_mode()
 def decode(model: PreTrainedModel, prompt: list[int], max_new_tokens: int, params: SamplingParams,
-           generator: torch.Generator | None, eos_token_id: int | None, vocab_size: int,
-           events: EventLog | None = None, request: int = 0) -> tuple[list[int], str, Stats]:
+           generator: torch.Generator | None, eos_token_id, vocab_size: int, events: EventLog | None = None,
+           request: int = 0, rule: StopRule | None = None) -> tuple[list[int], str, Stats]:
+    """Decode up to max_new_tokens after `prompt`; stop after a token in `eos_token_id` (an id, a list or None),
+    or as `rule` says when one is given (eos ids and stop strings, `teachspec.stopping`)."""
+    rule = rule if rule is not None else StopRule(eos_ids(eos_token_id))
     events = events if events is not None else EventLog()
     stats = Stats(prompt_tokens=len(prompt))
     events.emit(RequestStart, request, prompt_tokens=len(prompt), prompt=list(prompt))
@@ -53,7 +58,7 @@ def decode(model: PreTrainedModel, prompt: list[int], max_new_tokens: int, param
     tokens: list[int] = []
     reason = "length"
     if max_new_tokens > 0:
-        cache = kv.new_cache(model)
+        cache, seq = kv.new_cache(model), list(prompt)  # seq: every token so far, for the stop strings
         logits = kv.forward(model, prompt, cache, 1, vocab_size)[0]  # prefill yields the first token's logits
         synchronize(logits.device)
         ms = 1e3 * (time.perf_counter() - t_start)
@@ -66,8 +71,10 @@ def decode(model: PreTrainedModel, prompt: list[int], max_new_tokens: int, param
                 stats.mark_first_step(1, time.perf_counter() - t_start)
             events.emit(Plain, request, step=len(tokens) - 1, position=len(prompt) + len(tokens) - 1,
                         token=token, p=p, ms=ms)
-            if token == eos_token_id:
-                reason = "eos"
+            _, why = rule.check(seq, [token])
+            seq.append(token)
+            if why is not None:
+                reason = why
                 break
             if len(tokens) == max_new_tokens:
                 break
@@ -85,15 +92,17 @@ def decode(model: PreTrainedModel, prompt: list[int], max_new_tokens: int, param
 
 def generate(prompt: str | list[int], max_new_tokens: int = 64, temperature: float = 0.0, top_k: int | None = None,
              top_p: float | None = None, seed: int | None = None, pair: Pair | str = "tiny",
-             events: EventLog | None = None) -> Generation:
-    """Continue `prompt` with the pair's target model, one token per forward pass."""
+             events: EventLog | None = None, stop: str | list[str] | None = None) -> Generation:
+    """Continue `prompt` (text, encoded with the tokenizer's special tokens, or token ids) with the pair's target
+    model, one token per forward pass, until an eos id of the pair, a `stop` string, or max_new_tokens."""
     pair = load_pair(pair) if isinstance(pair, str) else pair
     params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p)
     max_new_tokens = check_int("max_new_tokens", max_new_tokens, 0)
+    rule = StopRule(pair.eos, stop_strings(stop), pair.decode)
     ids = check_prompt(prompt, pair.encode)
     check_context(len(ids), max_new_tokens, pair.context)
     generator = torch.Generator(device=pair.device)
-    generator.manual_seed(seed if seed is not None else torch.seed())
-    tokens, reason, stats = decode(pair.target, ids, max_new_tokens, params, generator, pair.eos_token_id,
-                                   pair.vocab_size, events)
+    generator.manual_seed(check_seed(seed))
+    tokens, reason, stats = decode(pair.target, ids, max_new_tokens, params, generator, None, pair.vocab_size,
+                                   events, rule=rule)
     return Generation(pair.decode(tokens), tokens, ids, reason, stats)

@@ -3,13 +3,14 @@
 The demo subscribes to the engine's event log (the same events the notebook widgets draw) and prints each
 decision as it happens: accepted guesses in green, rejected ones struck through in red, the token resampled from
 the residual in yellow, the bonus token in cyan. Then it runs plain decoding on the same prompt and prints both
-timings side by side.
+timings side by side, and says so when the machine was too busy for them to mean anything (`teachspec.busy`).
 """
 
 from __future__ import annotations
 
 import sys
 
+from teachspec.busy import Watch
 from teachspec.decode import generate
 from teachspec.engine import Engine
 from teachspec.events import Accept, Bonus, Plain, Reject, Resample
@@ -46,14 +47,17 @@ def run(pair, prompt: str, max_new_tokens: int, temperature: float, k, speculate
     print(legend(colour), file=out)
     print(prompt, end="", file=out)
     unsubscribe = engine.events.subscribe(show)
-    spec = engine.generate(prompt, max_new_tokens, temperature=temperature, speculate=speculate, k=k, seed=seed)
-    unsubscribe()
-    plain = generate(prompt, max_new_tokens, temperature=temperature, seed=seed, pair=pair)
+    with Watch() as watch:
+        spec = engine.generate(prompt, max_new_tokens, temperature=temperature, speculate=speculate, k=k,
+                               seed=seed)
+        unsubscribe()
+        plain = generate(prompt, max_new_tokens, temperature=temperature, seed=seed, pair=pair)
     s, p = spec.stats, plain.stats
     c = (s.draft_s / s.draft_passes) / (p.target_s / p.target_passes) if s.draft_passes else 0.0
     k_mean = s.drafted / s.drafts if s.drafts else 0
     print("\n", file=out)
-    print(f"speculative ({speculate}, k={k}): {s.new_tokens} tokens in {s.wall_s:.3f} s, "
+    label = f"speculative ({speculate}, k={k}):" if speculate else "the engine, no drafter:"
+    print(f"{label} {s.new_tokens} tokens in {s.wall_s:.3f} s, "
           f"{s.tokens_per_s:.0f} tokens/s, {s.target_passes} target passes, {s.tokens_per_target_pass:.2f} "
           f"tokens per pass", file=out)
     print(f"plain decoding:          {p.new_tokens} tokens in {p.wall_s:.3f} s, {p.tokens_per_s:.0f} tokens/s, "
@@ -64,3 +68,5 @@ def run(pair, prompt: str, max_new_tokens: int, temperature: float, k, speculate
           f"measured speedup {p.wall_s / s.wall_s * s.new_tokens / max(1, p.new_tokens):.2f}x, "
           f"formula at k={round(k_mean)}: {speedup(min(1.0, s.alpha), round(k_mean), c):.2f}x"
           if s.drafted else "nothing was drafted", file=out)
+    if watch.check.busy:
+        print(watch.check, file=out)

@@ -6,7 +6,8 @@ One step of the loop, read top to bottom in `Engine._run`:
     draft  = drafter.propose(ids, k)                   k guesses and the q each was sampled from
     p      = warp(target(uncached ids + draft))        ONE target pass scores all k + 1 positions
     result = verify(p, q, draft)                       accept min(1, p/q), resample, or take the bonus
-    ids   += result.tokens                             1 .. k + 1 new tokens, cut at EOS or the budget
+    ids   += result.tokens                             1 .. k + 1 new tokens, cut at a stop (an eos id, a stop
+                                                       string) or the budget
     target cache cropped to len(ids) - 1               rejected guesses are forgotten
 
 The target's cache always holds every committed token but the last one, which is fed with the next guesses; the
@@ -16,12 +17,13 @@ very first pass therefore also prefills the prompt. Plain decoding is the k = 0 
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
 
 from teachspec import kv
-from teachspec.checks import check_context, check_int, check_prompt
+from teachspec.checks import check_context, check_int, check_prompt, check_seed
 from teachspec.decode import Generation
 from teachspec.device import synchronize
 from teachspec.events import Accept, Bonus, Draft, EventLog, Finish, Prefill, Reject, RequestStart, Resample, \
@@ -33,6 +35,7 @@ from teachspec.speculative.drafters import AdversarialDrafter, ModelDrafter, Ngr
 from teachspec.speculative.policies import Adaptive, make_policy
 from teachspec.speculative.verify import Verdict, at, verify
 from teachspec.stats import Stats
+from teachspec.stopping import StopRule, stop_strings
 
 DRAFTERS = ("model", "ngram", "oracle", "adversary", None)
 
@@ -71,10 +74,15 @@ class Engine:
 
     def __init__(self, pair: Pair | str = "tiny", events: EventLog | None = None, record_top: int = 0,
                  cache_tokens: int = 8192, cache_policy: str = "lru"):
-        self.pair = load_pair(pair) if isinstance(pair, str) else pair
-        self.events = events if events is not None else EventLog()
+        if not isinstance(pair, (str, Pair)):
+            raise TypeError(f"pair must be a bundled pair name such as 'tiny' or a Pair from load_pair, got "
+                            f"{type(pair).__name__} {pair!r}")
+        if events is not None and not isinstance(events, EventLog):
+            raise TypeError(f"events must be an EventLog or None, got {type(events).__name__} {events!r}")
         self.record_top = check_int("record_top", record_top, 0)
         cache_tokens = check_int("cache_tokens", cache_tokens, 0)
+        self.pair = load_pair(pair) if isinstance(pair, str) else pair
+        self.events = events if events is not None else EventLog()
         self.prefix = PrefixCache(self.pair, cache_tokens, self.events, cache_policy) if cache_tokens else None
         self.requests = 0
         self.adaptive: dict[tuple, Adaptive] = {}  # one per drafter and sampling setting
@@ -88,13 +96,17 @@ class Engine:
 
     def generate(self, prompt: str | list[int], max_new_tokens: int = 64, temperature: float = 0.0,
                  top_k: int | None = None, top_p: float | None = None, speculate: str | None = "model", k=2,
-                 seed: int | None = None, ngram: int = 3) -> Generation:
-        """Continue `prompt`. `speculate`: "model" (the draft LM), "ngram" (prompt lookup), "oracle" (the target
-        drafts for itself), "adversary" (deliberately bad guesses) or None (plain decoding). `k`: an int >= 0,
-        or "adaptive", "heuristic", "confidence", or a policy object. Every argument is checked before anything
-        runs."""
+                 seed: int | None = None, ngram: int = 3, stop: str | list[str] | None = None) -> Generation:
+        """Continue `prompt`: text (encoded with the tokenizer's special tokens, as transformers' `generate` would
+        see it), or token ids (a list or a 1-D tensor). `speculate`: "model" (the draft LM), "ngram" (prompt
+        lookup), "oracle" (the target drafts for itself), "adversary" (deliberately bad guesses) or None (plain
+        decoding). `k`: an int >= 0, or "adaptive", "heuristic", "confidence", or a policy object. Generation
+        stops after an eos id of the pair (`pair.eos_token_id`: one id or a list) or a token that completes a
+        `stop` string, as transformers' `generate(..., stop_strings=...)` does. Every argument is checked before
+        anything runs."""
         params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p)
         max_new_tokens = check_int("max_new_tokens", max_new_tokens, 0)
+        rule = StopRule(self.pair.eos, stop_strings(stop), self.pair.decode)
         drafter = self._drafter(speculate, ngram)
         if k == "adaptive" and drafter is not None:
             # what the adaptive policy has learnt about alpha and the costs carries over between requests
@@ -106,13 +118,11 @@ class Engine:
         if bad:
             raise ValueError(f"prompt holds token id {bad[0]}, outside the vocabulary [0, {self.pair.vocab_size})")
         check_context(len(ids), max_new_tokens, self.pair.context)
-        if seed is not None:
-            check_int("seed", seed)
         generator = torch.Generator(device=self.pair.device)
-        generator.manual_seed(seed if seed is not None else torch.seed())
+        generator.manual_seed(check_seed(seed))
         request = self.requests
         self.requests += 1
-        tokens, reason, stats = self._run(request, ids, max_new_tokens, params, drafter, policy, generator)
+        tokens, reason, stats = self._run(request, ids, max_new_tokens, params, drafter, policy, generator, rule)
         return Generation(self.pair.decode(tokens), tokens, ids, reason, stats)
 
     def serve(self, requests: list, schedule: str = "fcfs", **generate) -> list[Generation]:
@@ -125,6 +135,9 @@ class Engine:
         """
         from teachspec.radix.schedule import POLICIES, order
 
+        if not isinstance(requests, (list, tuple)):
+            raise TypeError(f"requests must be a list of prompts or requests, got {type(requests).__name__} "
+                            f"{str(requests)[:40]!r}; for one prompt call generate, or serve([prompt])")
         if schedule not in POLICIES:
             raise ValueError(f"schedule={schedule!r} is not a schedule; use one of {sorted(POLICIES)}")
         if schedule == "lpm" and self.tree is None:
@@ -170,7 +183,7 @@ class Engine:
         tails = []
         for i, c in enumerate(continuations):
             if isinstance(c, str):
-                tail = self.pair.encode(c)
+                tail = self.pair.encode(c, special=False)  # appended to the prompt: no second BOS
             elif isinstance(c, (list, tuple)):
                 tail = [check_int(f"continuations[{i}][{j}]", t, 0) for j, t in enumerate(c)]
             else:
@@ -193,9 +206,8 @@ class Engine:
         log, target, V, P = self.events, self.pair.target, self.pair.vocab_size, len(prompt)
         log.emit(RequestStart, request, prompt_tokens=P, prompt=list(prompt))
         t_start = time.perf_counter()
-        lease = self.prefix.start(request, prompt) if self.prefix is not None else None
-        cache, scored = (lease.target if lease else None), []
-        try:
+        with self.prefix.lease(request, prompt) if self.prefix is not None else nullcontext() as lease:
+            cache, scored = (lease.target if lease else None), []
             for tail in tails:
                 t0 = time.perf_counter()
                 stats, computed = Stats(prompt_tokens=P + len(tail) - 1), 0
@@ -219,18 +231,14 @@ class Engine:
                 stats.wall_s = stats.target_s = time.perf_counter() - t0
                 scored.append(Scored(list(tail), [float(x) for x in logprobs], stats))
                 log.emit(Score, request, position=P, tokens=list(tail), logprobs=scored[-1].logprobs)
-            draft_cache = None
-            if lease is not None and self.pair.draft is not None:  # so a speculative call next reuses the draft
-                drafter = ModelDrafter(self.pair.draft, V)
-                drafter.reset(*((lease.draft, prompt[:lease.cached]) if lease.draft is not None else ()))
-                drafter.fill(prompt)
-                draft_cache = drafter.cache
-        except BaseException:
-            if lease is not None:  # a failed request must not pin its prefix forever
-                self.prefix.tree.unlock(lease.node, request)
-            raise
-        if lease is not None:
-            self.prefix.finish(request, lease, prompt, cache, draft_cache)
+            if lease is not None:
+                draft_cache = None
+                if self.pair.draft is not None:  # so a speculative call next reuses the draft
+                    drafter = ModelDrafter(self.pair.draft, V)
+                    drafter.reset(*((lease.draft, prompt[:lease.cached]) if lease.draft is not None else ()))
+                    drafter.fill(prompt)
+                    draft_cache = drafter.cache
+                self.prefix.finish(request, lease, prompt, cache, draft_cache)
         log.emit(Finish, request, new_tokens=0, reason="score", ms=1e3 * (time.perf_counter() - t_start))
         return scored
 
@@ -254,15 +262,15 @@ class Engine:
 
     @torch.inference_mode()
     def _run(self, request: int, prompt: list[int], max_new_tokens: int, params: SamplingParams, drafter, policy,
-             generator) -> tuple[list[int], str, Stats]:
+             generator, rule: StopRule) -> tuple[list[int], str, Stats]:
         log = self.events
         ids = list(prompt)
         stats = Stats(prompt_tokens=len(prompt))
         log.emit(RequestStart, request, prompt_tokens=len(prompt), prompt=list(prompt))
         t_start = time.perf_counter()
-        lease = self.prefix.start(request, ids) if self.prefix is not None else None
-        stats.cache_s = time.perf_counter() - t_start
-        try:
+        # the lease gives the prefix's lock back on every way out, a raising subscriber or an interrupt included
+        with self.prefix.lease(request, ids) if self.prefix is not None else nullcontext() as lease:
+            stats.cache_s = time.perf_counter() - t_start
             cache = lease.target if lease else kv.new_cache(self.pair.target)
             stats.cached_tokens = lease.cached if lease else 0
             own_draft = isinstance(drafter, ModelDrafter) and drafter.model is self.pair.draft
@@ -271,29 +279,25 @@ class Engine:
                     drafter.reset(lease.draft, ids[:lease.cached])
                 else:
                     drafter.reset()
-            new, reason = self._loop(request, ids, max_new_tokens, params, drafter, policy, generator, cache,
-                                     stats, t_start)
-        except BaseException:
-            if lease is not None:  # a failed request must not pin its prefix forever
-                self.prefix.tree.unlock(lease.node, request)
-            raise
-        if lease is not None:
-            t0 = time.perf_counter()
-            committed = prompt + new
-            draft_cache = None
-            if own_draft:  # the draft's KV is stored too; it may lag the target's by the last accepted tokens
-                drafter.fill(committed[:-1])
-                draft_cache = drafter.cache
-            self.prefix.finish(request, lease, committed[:-1], cache, draft_cache)
-            stats.cache_s += time.perf_counter() - t0
+            new, reason = self._loop(request, ids, max_new_tokens, params, drafter, policy, generator, rule,
+                                     cache, stats, t_start)
+            if lease is not None:
+                t0 = time.perf_counter()
+                committed = prompt + new
+                draft_cache = None
+                if own_draft:  # the draft's KV is stored too; it may lag the target's by the last accepted tokens
+                    drafter.fill(committed[:-1])
+                    draft_cache = drafter.cache
+                self.prefix.finish(request, lease, committed[:-1], cache, draft_cache)
+                stats.cache_s += time.perf_counter() - t0
         stats.new_tokens = len(new)
         stats.wall_s = time.perf_counter() - t_start
         log.emit(Finish, request, new_tokens=len(new), reason=reason, ms=1e3 * stats.wall_s)
         return new, reason, stats
 
     def _loop(self, request: int, ids: list[int], max_new_tokens: int, params: SamplingParams, drafter, policy,
-              generator, cache, stats: Stats, t_start: float) -> tuple[list[int], str]:
-        target, V, eos, log = self.pair.target, self.pair.vocab_size, self.pair.eos_token_id, self.events
+              generator, rule: StopRule, cache, stats: Stats, t_start: float) -> tuple[list[int], str]:
+        target, V, log = self.pair.target, self.pair.vocab_size, self.events
         new, reason, step = [], "length", 0
         while len(new) < max_new_tokens:
             # guess: never more than the budget can use (the step's own token always comes on top)
@@ -319,11 +323,12 @@ class Engine:
             log.emit(Verify, request, step=step, position=len(ids), n=len(draft) + 1, ms=1e3 * target_s)
             verdict = verify(p, proposal.q, guesses, generator, check=False)  # warp made p and q
 
-            # commit, cut at EOS or at the budget: a prefix of an exact sample is still exact
+            # commit, cut at a stop or at the budget: a prefix of an exact sample is still exact, and the guesses
+            # after the cut leave the caches below exactly as rejected ones do
             emitted = verdict.tokens[:max_new_tokens - len(new)]
-            if eos is not None and eos in emitted:
-                emitted = emitted[:emitted.index(eos) + 1]
-                reason = "eos"
+            n, why = rule.check(ids, emitted)
+            if why is not None:
+                emitted, reason = emitted[:n], why
             self._record(request, step, len(ids), verdict, len(emitted), p, proposal, draft)
             ids += emitted
             new += emitted
@@ -349,7 +354,7 @@ class Engine:
             if step == 0:
                 stats.mark_first_step(len(new), time.perf_counter() - t_start)
             step += 1
-            if reason == "eos":
+            if reason != "length":
                 break
         return new, reason
 

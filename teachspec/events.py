@@ -47,22 +47,38 @@ Programs (teachspec.program; `request` is -1: a call may run several requests, o
     ProgramSpan   run, branch, call, name, start, stop (the tokens [start, stop) of the branch's state the call
                   added), text (their text): the call is done
 
+Subscribers are called synchronously, in order, with each event once it is in the log. One that raises an
+Exception is reported once, by a RuntimeWarning that names it, and unsubscribed; the others still get the event;
+then its exception propagates out of `emit`, so the request that emitted it fails (and gives back its locks: see
+radix/prefix.py) while later requests run without it. A KeyboardInterrupt inside a subscriber is the user
+stopping the program, not the subscriber's fault: it propagates at once and the subscriber stays.
+
 The file format is JSON Lines: a header line `{"format": "teachspec-trace", "version": 1}`, then one object per
-event with its `kind`. `EventLog.load` refuses files from a newer version with an error that says so.
+event with its `kind`. `EventLog.load` checks the whole file before it returns anything: a line that is not JSON,
+not an object, of an unknown kind, missing a field or holding a value of the wrong type (the type is the one the
+event's dataclass annotates), and a file that is empty, binary or from a newer version, each raise a TraceError
+that names the file, the line and the problem.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass, field, fields
+import types
+import typing
+import warnings
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Callable, ClassVar, Iterator
+from typing import Any, Callable, ClassVar, Iterator
 
 FORMAT = "teachspec-trace"
 VERSION = 1
 
-Top = list  # [[token, probability], ...], the few most likely alternatives
+Top = list[tuple[int, float]]  # [[token, probability], ...], the few most likely alternatives
+
+
+class TraceError(ValueError):
+    """A trace that cannot be replayed; the message names the file, the line and what is wrong there."""
 
 
 @dataclass(slots=True)
@@ -287,14 +303,40 @@ class EventLog:
     def emit(self, cls: type[Event], request: int = -1, **fields) -> Event:
         event = cls(time.perf_counter() - self.t0, request, **fields)
         self.events.append(event)
-        for fn in self._subscribers:
-            fn(event)
+        if self._subscribers:
+            self._notify(event)
         return event
 
+    def _notify(self, event: Event) -> None:
+        """Call every subscriber; one that raises is reported, dropped, and its exception re-raised at the end."""
+        failure = None
+        for fn in list(self._subscribers):  # a copy: a subscriber may unsubscribe itself, or be dropped below
+            try:
+                fn(event)
+            except Exception as error:  # not BaseException: a KeyboardInterrupt propagates at once, see above
+                self._drop(fn)
+                warnings.warn(f"event subscriber {_name_of(fn)} raised {type(error).__name__}({error}) on "
+                              f"event {event.kind!r}; it is unsubscribed, so later events and requests run "
+                              f"without it", RuntimeWarning, stacklevel=3)
+                if failure is None:
+                    failure = error
+        if failure is not None:
+            raise failure
+
+    def _drop(self, fn: Callable[[Event], None]) -> None:
+        for i, subscriber in enumerate(self._subscribers):
+            if subscriber is fn:
+                del self._subscribers[i]
+                return
+
     def subscribe(self, fn: Callable[[Event], None]) -> Callable[[], None]:
-        """Call `fn(event)` for every event from now on; returns a function that unsubscribes."""
+        """Call `fn(event)` for every event from now on; returns a function that unsubscribes.
+
+        A subscriber that raises is unsubscribed (see the module docstring): subscribe it again to resume."""
+        if not callable(fn):
+            raise TypeError(f"fn must be callable (a function taking one event), got {type(fn).__name__} {fn!r}")
         self._subscribers.append(fn)
-        return lambda: self._subscribers.remove(fn) if fn in self._subscribers else None
+        return lambda: self._drop(fn)
 
     def __len__(self) -> int:
         return len(self.events)
@@ -321,7 +363,7 @@ class EventLog:
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)
-        with path.open("w") as f:
+        with path.open("w", encoding="utf-8") as f:
             f.write(json.dumps({"format": FORMAT, "version": VERSION}) + "\n")
             for d in self.to_dicts():
                 f.write(json.dumps(d, separators=(",", ":")) + "\n")
@@ -329,30 +371,118 @@ class EventLog:
 
     @classmethod
     def from_dicts(cls, rows: list[dict]) -> "EventLog":
-        events = []
-        for n, row in enumerate(rows):
-            row = dict(row)
-            kind = row.pop("kind", None)
-            if kind not in KINDS:
-                raise ValueError(f"event {n}: unknown kind {kind!r}; known kinds: {sorted(KINDS)}")
-            known = {f.name for f in fields(KINDS[kind])}
-            unknown = set(row) - known
-            if unknown:
-                raise ValueError(f"event {n} ({kind}): unknown fields {sorted(unknown)}")
-            events.append(KINDS[kind](**row))
-        return cls(events)
+        """Events from dicts like `to_dicts` makes, each checked as `load` checks a line (errors say "event n")."""
+        return cls([_event(row, f"event {n}") for n, row in enumerate(rows)])
 
     @classmethod
     def load(cls, path: str | Path) -> "EventLog":
+        """Read a trace written by `save`, checking every line before anything is returned (see the module
+        docstring); a TraceError names the file, the line and the problem."""
         path = Path(path)
         if not path.exists():
             raise FileNotFoundError(f"trace file {str(path)!r} does not exist")
-        with path.open() as f:
-            header = json.loads(f.readline() or "{}")
-            if header.get("format") != FORMAT:
-                raise ValueError(f"{path} is not a teachspec trace: its first line is {header!r}, expected "
-                                 f"{{'format': {FORMAT!r}, 'version': ...}}")
-            if header.get("version", 0) > VERSION:
-                raise ValueError(f"{path} is a version {header['version']} trace; this teachspec reads versions "
-                                 f"up to {VERSION}: upgrade teachspec to replay it")
-            return cls.from_dicts([json.loads(line) for line in f if line.strip()])
+        data = path.read_bytes()
+        try:
+            text = data.decode("utf-8").removeprefix("\ufeff")  # an editor's byte-order mark is harmless
+        except UnicodeDecodeError as error:
+            line = data.count(b"\n", 0, error.start) + 1
+            raise TraceError(f"{path}, line {line}: not UTF-8 text (byte {data[error.start]:#04x}); a trace is JSON "
+                             f"Lines text, and this looks like a binary file") from None
+        lines = text.split("\n")
+        example = json.dumps({"format": FORMAT, "version": VERSION})
+        if not text.strip():
+            raise TraceError(f"{path}, line 1: the file is empty; a trace starts with the header line {example}")
+        header = _parse(lines[0], f"{path}, line 1")
+        if not isinstance(header, dict) or header.get("format") != FORMAT:
+            raise TraceError(f"{path}, line 1: not a teachspec trace: its first line is {_short(header)}, expected "
+                             f"the header {example}")
+        version = header.get("version")
+        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+            raise TraceError(f"{path}, line 1: the header's version must be a whole number >= 1, got "
+                             f"{_short(version)}")
+        if version > VERSION:
+            raise TraceError(f"{path}, line 1: this is a version {version} trace; this teachspec reads versions up "
+                             f"to {VERSION}: upgrade teachspec to replay it")
+        return cls([_event(_parse(line, f"{path}, line {n}"), f"{path}, line {n}")
+                    for n, line in enumerate(lines[1:], start=2) if line.strip()])
+
+
+# -- checking a trace as it is read --------------------------------------------------------------------------------
+
+def _schema(cls: type[Event]) -> dict[str, tuple[Any, bool]]:
+    """{field: (its annotation, required)}: the dataclasses are the schema of a trace."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: (hints[f.name], f.default is MISSING and f.default_factory is MISSING) for f in fields(cls)}
+
+
+_SCHEMA = {kind: _schema(cls) for kind, cls in KINDS.items()}  # read once, at import
+
+
+def _parse(line: str, where: str) -> Any:
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as error:
+        raise TraceError(f"{where}: not JSON ({error.msg} at column {error.colno}); the file may be truncated or "
+                         f"corrupted") from None
+
+
+def _event(row: Any, where: str) -> Event:
+    """One event from its JSON object, or a TraceError at `where` saying what is wrong with it."""
+    if not isinstance(row, dict):
+        raise TraceError(f"{where}: an event must be a JSON object with a \"kind\", got {_short(row)}")
+    kind = row.get("kind")
+    if not isinstance(kind, str) or kind not in KINDS:
+        what = ("no \"kind\"" if kind is None else f"unknown kind {kind!r}" if isinstance(kind, str) else
+                f"the \"kind\" must be a string naming the event, got {_short(kind)}")
+        raise TraceError(f"{where}: {what}; known kinds: {sorted(KINDS)}")
+    schema = _SCHEMA[kind]
+    unknown = sorted(set(row) - set(schema) - {"kind"})
+    if unknown:
+        raise TraceError(f"{where}: unknown fields {unknown} for this {kind!r} event, whose fields are {list(schema)}")
+    values = {}
+    for name, (hint, required) in schema.items():
+        if name not in row:
+            if required:
+                raise TraceError(f"{where}: this {kind!r} event needs the field {name!r} ({_type_name(hint)}), "
+                                 f"and it is missing")
+            continue
+        value = row[name]
+        if not _conforms(value, hint):
+            raise TraceError(f"{where}: the field {name!r} of this {kind!r} event must be {_type_name(hint)}, got "
+                             f"{_short(value)}")
+        values[name] = float(value) if hint is float else value  # JSON writes 2.0 as 2 at times; a float is a float
+    return KINDS[kind](**values)
+
+
+def _conforms(value: Any, hint: Any) -> bool:
+    """Whether a value read from JSON has the type a field is annotated with (an int will do for a float)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_conforms(value, a) for a in args)
+    if hint is type(None):
+        return value is None
+    if hint in (int, float):
+        return isinstance(value, (int, float) if hint is float else int) and not isinstance(value, bool)
+    if hint is str:
+        return isinstance(value, str)
+    if origin is list:
+        return isinstance(value, list) and all(_conforms(v, args[0]) for v in value)
+    if origin is tuple:  # a fixed-length JSON array, such as a [token, probability] pair
+        return isinstance(value, list) and len(value) == len(args) and all(map(_conforms, value, args))
+    raise TypeError(f"events.py has no JSON check for the annotation {hint}: teach _conforms about it")
+
+
+def _type_name(hint: Any) -> str:
+    return hint.__name__ if isinstance(hint, type) else str(hint).replace("NoneType", "None")
+
+
+def _short(value: Any) -> str:
+    """A value as an error shows it: its Python type and the start of its repr; JSON's null as null."""
+    if value is None:
+        return "null"
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
+
+
+def _name_of(fn: Callable) -> str:
+    return getattr(fn, "__qualname__", None) or type(fn).__qualname__

@@ -8,6 +8,9 @@ in front of a new suffix. Every function here keeps one invariant: the cache hol
 
 from __future__ import annotations
 
+import functools
+import inspect
+
 import torch
 from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
@@ -70,13 +73,21 @@ def crop_to(cache: DynamicCache, n: int) -> None:
         cache.crop(-extra)
 
 
+@functools.cache
+def cache_keyword(model_class: type) -> str:
+    """The keyword a model's `forward` takes its cache by: `cache` from transformers 5.24 on, `past_key_values`
+    before (5.24 still accepts the old name, with a warning that it goes in 5.40). Read once per model class
+    from the signature, so every transformers 5.x the package declares runs the same code."""
+    return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
+
+
 @torch.inference_mode()
 def forward(model: PreTrainedModel, ids: list[int] | torch.Tensor, cache: DynamicCache, last: int,
             vocab_size: int) -> torch.Tensor:
     """Run `ids` through the model on top of `cache` (which grows by len(ids)); return the float32 logits of
     the last `last` positions, sliced to the pair's shared vocabulary: `(last, vocab_size)`."""
     ids = torch.as_tensor(ids, dtype=torch.long, device=model.device).view(1, -1)  # (1, n)
-    out = model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=last)
+    out = model(input_ids=ids, use_cache=True, logits_to_keep=last, **{cache_keyword(type(model)): cache})
     return out.logits[0, -last:, :vocab_size].float()
 
 

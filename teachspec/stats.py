@@ -38,6 +38,31 @@ class Stats:
     cache_s: float = 0.0  # time inside the radix cache: match, lock, assemble, evict, insert (its whole overhead)
     first_step: Stats | None = None  # the counters as the first step ended (`mark_first_step`)
 
+    def add_step(self, proposal, verdict, emitted: int, target_s: float) -> None:
+        """Count one step: its target pass and draft passes, and, when it guessed, its judged and accepted guesses.
+
+        `proposal` is the drafter's (its tokens, passes and seconds), `verdict` verification's (how many guesses
+        it accepted), `emitted` how many tokens the step kept after a stop or the budget cut it short: a guess
+        accepted past the cut does not count, and a rejection past it was never seen."""
+        k = len(proposal.tokens)
+        self.target_passes += 1
+        self.target_s += target_s
+        self.draft_passes += proposal.passes
+        self.draft_s += proposal.seconds
+        if not k:
+            return
+        accepted = min(verdict.accepted, emitted)
+        self.drafts += 1
+        self.drafted += k
+        self.accepted += accepted
+        self.rejected += verdict.accepted < k and emitted > verdict.accepted
+        while len(self.drafted_per_position) < k:
+            self.drafted_per_position.append(0)
+            self.accepted_per_position.append(0)
+        for i in range(k):
+            self.drafted_per_position[i] += 1
+            self.accepted_per_position[i] += i < accepted
+
     def mark_first_step(self, new_tokens: int, seconds: float) -> None:
         """Remember the counters now, as the first step ends with `new_tokens` committed, `seconds` in."""
         self.first_step = dataclasses.replace(self, new_tokens=new_tokens, wall_s=seconds, first_step=None,

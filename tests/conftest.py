@@ -6,12 +6,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, Qwen2Config, \
-    Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
+from tokenizers import processors
+from transformers import AutoTokenizer, FalconConfig, FalconForCausalLM, Gemma2Config, Gemma2ForCausalLM, GPT2Config, \
+    GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, OPTConfig, OPTForCausalLM, \
+    Phi3Config, Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
+from teachspec import set_threads
 from teachspec.models import BUNDLED
 
-torch.set_num_threads(1)  # small models gain nothing from more threads
+set_threads(1)  # small models gain nothing from more threads
 TOKENIZER_DIR = BUNDLED["tiny"]
 
 
@@ -37,6 +40,29 @@ def build_model(arch: str, vocab_size: int = 4096, seed: int = 0, layers: int = 
     if arch == "gpt2":
         cfg = GPT2Config(n_embd=hidden, n_layer=layers, n_head=4, n_positions=512, **common)
         return GPT2LMHeadModel(cfg).eval()
+    heads = dict(num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+    if arch == "qwen3":
+        return Qwen3ForCausalLM(Qwen3Config(hidden_size=hidden, intermediate_size=4 * hidden, num_hidden_layers=layers,
+                                            head_dim=16, **heads, **common)).eval()
+    if arch == "gemma2":  # alternating sliding (a window of 4) and full layers, with Gemma's logit soft-capping
+        cfg = Gemma2Config(hidden_size=hidden, intermediate_size=4 * hidden, num_hidden_layers=max(layers, 2),
+                           head_dim=16, sliding_window=4, query_pre_attn_scalar=16, **heads, **common)
+        return Gemma2ForCausalLM(cfg).eval()
+    if arch == "mistral":  # every layer sees a window of 4 tokens
+        return MistralForCausalLM(MistralConfig(hidden_size=hidden, intermediate_size=4 * hidden,
+                                                num_hidden_layers=layers, sliding_window=4, **heads, **common)).eval()
+    if arch == "phi3":
+        return Phi3ForCausalLM(Phi3Config(hidden_size=hidden, intermediate_size=4 * hidden, num_hidden_layers=layers,
+                                          **heads, **common)).eval()
+    if arch == "opt":
+        cfg = OPTConfig(hidden_size=hidden, ffn_dim=4 * hidden, num_hidden_layers=layers, num_attention_heads=4,
+                        word_embed_proj_dim=hidden, max_position_embeddings=512, init_std=0.2,
+                        **{k: v for k, v in common.items() if k != "initializer_range"})
+        return OPTForCausalLM(cfg).eval()
+    if arch == "falcon":
+        cfg = FalconConfig(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=4, num_kv_heads=2,
+                           new_decoder_architecture=True, max_position_embeddings=512, **common)
+        return FalconForCausalLM(cfg).eval()
     raise ValueError(arch)
 
 
@@ -53,3 +79,16 @@ def model_dir(tmp_path):
     def make(arch: str, name: str | None = None, **kw) -> Path:
         return save_model(tmp_path / (name or arch), arch, **kw)
     return make
+
+
+def chat_tokenizer():
+    """The bundled tokenizer made to look like an instruct model's: a BOS it adds to every encoding, ChatML's turn
+    markers as special tokens, and a chat template (4099 tokens in all)."""
+    tok = AutoTokenizer.from_pretrained(TOKENIZER_DIR)
+    tok.add_special_tokens({"bos_token": "<s>", "additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
+    bos = tok.convert_tokens_to_ids("<s>")
+    tok._tokenizer.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B",
+                                                                  special_tokens=[("<s>", bos)])
+    tok.chat_template = ("{{ bos_token }}{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
+                         "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    return tok

@@ -29,12 +29,12 @@ def test_demo_colours_decisions_and_reports_the_stats():
 
 
 def test_bad_input_exits_with_a_message_naming_the_parameter():
-    for args, message in [(("generate", "x", "--max-new-tokens", "-1"), "max_new_tokens must be >= 0"),
+    for args, message in [(("generate", "x", "--max-new-tokens", "-1"), "--max-new-tokens: must be >= 0"),
                           (("generate", "x", "--temperature", "-1"), "temperature"),
-                          (("generate", "x", "--pair", "huge"), "name='huge' is not a bundled pair"),
+                          (("generate", "x", "--pair", "huge"), "'huge' is not a bundled pair"),
                           (("generate", "x", "--device", "cuda:9"), "device='cuda:9'"),
-                          (("demo", "x", "--k", "-2"), "k must be >= 0"),
-                          (("demo", "x", "--speculate", "psychic"), "speculate='psychic'")]:
+                          (("demo", "x", "--k", "-2"), "--k: must be a whole number >= 0"),
+                          (("demo", "x", "--speculate", "psychic"), "--speculate: 'psychic' is not one of")]:
         run = teachspec(*args)
         assert run.returncode == 2 and message in run.stderr, (args, run.stderr)
 
@@ -58,4 +58,4 @@ def test_bench_mechanics_builds_its_target_from_the_shape_given():
     assert run.returncode == 0, run.stderr
     assert "random llama 1x64" in run.stdout and "| ours oracle k=2 |" in run.stdout
     bad = teachspec("bench", "mechanics", "--hidden", "100")
-    assert bad.returncode == 2 and "hidden must be a multiple of 64 (the head size), got 100" in bad.stderr
+    assert bad.returncode == 2 and "--hidden: must be a multiple of 64 (the head size), got 100" in bad.stderr

@@ -159,14 +159,16 @@ def test_a_locked_handle_survives_a_later_split():
     assert (cache.protected_size, cache.evictable_size, head.locks) == (0, 4, 0)
 
 
-def test_locking_the_root_is_a_no_op():
+def test_locking_the_root_protects_nothing_but_is_a_lease_like_any_other():
     cache = RadixCache(debug=True)
     cache.insert([1, 2], [0, 1])
     root = cache.match_prefix([9]).node
     cache.lock(root)
+    assert (cache.protected_size, cache.evictable_size, cache.holds(root)) == (0, 2, 1)
     cache.unlock(root)
-    cache.unlock(root)
-    assert (cache.protected_size, cache.evictable_size) == (0, 2)
+    with pytest.raises(ValueError, match="cannot unlock node 0: it is not locked by request -1"):
+        cache.unlock(root)                                     # a second unlock undoes nothing: refused
+    assert (cache.protected_size, cache.evictable_size, cache.holds(root)) == (0, 2, 0)
 
 
 # -- eviction ----------------------------------------------------------------------------------------------------

@@ -19,8 +19,9 @@ import torch
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 from teachspec.bench.speculative import identical, ours, ours_plain, run_workload, summarise
+from teachspec.busy import Watch
 from teachspec.checks import check_int
-from teachspec.device import resolve_device, resolve_dtype
+from teachspec.device import resolve_device, resolve_dtype, use_cpu_policy
 from teachspec.engine import Engine
 from teachspec.models.packed import pack
 from teachspec.models.pair import BUNDLED, Pair
@@ -49,6 +50,7 @@ def config_pair(shape: Shape, device=None, dtype=None, seed: int = 0) -> Pair:
         check_int(name, getattr(shape, name), 1)
     if shape.hidden % 64:
         raise ValueError(f"hidden must be a multiple of 64 (the head size), got {shape.hidden}")
+    use_cpu_policy()  # as load_pair does
     device = resolve_device(device)
     dtype = resolve_dtype(dtype, device)
     torch.manual_seed(seed)
@@ -74,8 +76,10 @@ def bench(pair: Pair, n_prompts: int = 8, prompt_tokens: int = 64, n: int = 64, 
     engine = Engine(fixed, cache_tokens=0)  # no prefix cache: each method computes its own prefill
     methods = {"ours plain": (ours_plain, 0)} | {f"ours oracle k={k}": (ours(engine, "oracle", k), k) for k in ks}
     bar = tqdm(total=n_prompts, desc="bench mechanics", disable=not progress)
+    watch = Watch()
     rows = run_workload(fixed, prompts, n, SamplingParams(), methods, seed, bar)
+    machine = watch.stop().as_dict()
     bar.close()
     return {"device": str(pair.device), "pair": pair.name, "new_tokens": n, "prompts": n_prompts,
-            "threads": torch.get_num_threads(), "workloads": {
+            "threads": torch.get_num_threads(), "machine": machine, "workloads": {
                 "random prompts, temperature 0": {"rows": summarise(rows), "greedy_outputs_identical": identical(rows)}}}

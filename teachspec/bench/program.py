@@ -8,13 +8,15 @@ so that machine noise hits them alike. Reported per example:
 - hit rate: prompt tokens served from the cache / prompt tokens the target had to see, over every call;
 - whether every variable of every run came out the same with the cache on and off (greedy decoding).
 
-The same `compare` runs the examples in notebook 8, on smaller arguments.
+The same `compare` runs the examples in notebook 8, on smaller arguments. The run is watched (`teachspec.busy`):
+when other programs kept the CPUs busy, the table says so.
 """
 
 from __future__ import annotations
 
 import time
 
+from teachspec.busy import Watch, warning
 from teachspec.engine import Engine
 from teachspec.models.pair import Pair
 from teachspec.program import run_batch
@@ -54,21 +56,28 @@ def compare(pair: Pair, program, arguments: list[dict], rounds: int = 1, cache_t
             "outputs_identical": all(x["outputs"] == off[0]["outputs"] for x in off + on)}
 
 
+def check_examples(names) -> None:
+    """Refuse names that are not example programs, before anything runs."""
+    unknown = [n for n in names if n not in EXAMPLES]
+    if unknown:
+        raise ValueError(f"examples {unknown} are not example programs; use some of {list(EXAMPLES)}")
+
+
 def bench(pair: Pair, names=tuple(EXAMPLES), rounds: int = 2, cache_tokens: int = 16384,
           speculate: str | None = "model", k=2, questions: int = 8, progress: bool = True) -> dict:
     from tqdm.auto import tqdm
 
-    unknown = [n for n in names if n not in EXAMPLES]
-    if unknown:
-        raise ValueError(f"examples {unknown} are not example programs; use some of {list(EXAMPLES)}")
+    check_examples(names)
     result = {"device": str(pair.device), "pair": pair.name, "rounds": rounds, "cache_tokens": cache_tokens,
               "speculate": speculate, "k": k, "examples": {}}
     bar = tqdm(total=len(names) * rounds * 2, desc="bench program", disable=not progress)
+    watch = Watch()
     for name in names:
         program, make_arguments, description = EXAMPLES[name]
         arguments = make_arguments(questions, encode=pair) if name == "classify" else make_arguments(encode=pair)
         result["examples"][name] = {"description": description,
                                     **compare(pair, program, arguments, rounds, cache_tokens, speculate, k, bar)}
+    result["machine"] = watch.stop().as_dict()
     bar.close()
     return result
 
@@ -82,4 +91,6 @@ def markdown(result: dict) -> str:
         lines.append(f"| {name} | {r['runs']} | {r['calls']} | {r['prompt_tokens']} | {r['hit_rate']:.1%} | "
                      f"{r['seconds_off']:.2f} | {r['seconds_on']:.2f} | {r['throughput_ratio']:.2f}x | "
                      f"{r['outputs_identical']} |")
+    if warning(result.get("machine")):
+        lines += ["", warning(result["machine"])]
     return "\n".join(lines)

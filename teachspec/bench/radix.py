@@ -12,6 +12,8 @@ them alike. Reported per configuration:
   eviction, insertion), timed around those calls. On the no-reuse control it is all the cache adds, measured
   directly rather than read off a throughput ratio that machine noise moves by a few percent.
 
+The run is watched (`teachspec.busy`): when other programs kept the CPUs busy, the table says so.
+
 Multi-turn chat runs turn by turn through `Chat` (a turn's prompt only exists once the previous reply does), so
 its order is fixed and only on/off is compared.
 """
@@ -22,6 +24,7 @@ import time
 from dataclasses import dataclass
 
 from teachspec import workloads as wl
+from teachspec.busy import Watch, warning
 from teachspec.chat import Chat
 from teachspec.engine import Engine
 from teachspec.models.pair import Pair
@@ -85,16 +88,25 @@ def chat_once(pair: Pair, conversations, cache_tokens: int, speculate, k) -> Run
     return run
 
 
+def check_workloads(names) -> None:
+    """Refuse names that are not workloads, before anything runs."""
+    unknown = [n for n in names if n not in wl.WORKLOADS]
+    if unknown:
+        raise ValueError(f"workloads {unknown} are not workloads; use some of {list(wl.WORKLOADS)}")
+
+
 def bench(pair: Pair, names=("system_prompt", "few_shot", "multi_turn", "tree_of_thought", "no_reuse"),
           cache_tokens: int = 16384, rounds: int = 3, speculate=None, k=2, progress: bool = True) -> dict:
     from tqdm.auto import tqdm
 
     import dataclasses
+    check_workloads(names)
     fixed = dataclasses.replace(pair, eos_token_id=None)  # equal work with the cache on and off
     result = {"device": str(pair.device), "pair": pair.name, "cache_tokens": cache_tokens, "rounds": rounds,
               "speculate": speculate, "workloads": {}}
     configs = [("off", 0, "fcfs")] + [(s, cache_tokens, s) for s in SCHEDULES]
     bar = tqdm(total=len(names) * rounds * len(configs), desc="bench radix", disable=not progress)
+    watch = Watch()
     for name in names:
         workload = wl.get(name)
         runs: dict[str, Run] = {}
@@ -131,6 +143,7 @@ def bench(pair: Pair, names=("system_prompt", "few_shot", "multi_turn", "tree_of
             })
         result["workloads"][name] = {"description": workload.description, "best_hit_rate": best,
                                      "prompt_tokens": off.prompt_tokens, "rows": rows}
+    result["machine"] = watch.stop().as_dict()
     bar.close()
     return result
 
@@ -149,4 +162,6 @@ def markdown(result: dict) -> str:
             lines.append(f"| {r['config']} | {r['throughput_ratio']:.2f}x | {r['hit_rate']:.1%} | {of_best} | "
                          f"{r['prefill_computed']} | {r['prefill_saved']} | {r['peak_cached_tokens']} | "
                          f"{r['cache_time_share']:.2%} | {r['outputs_identical_to_cache_off']} |")
+    if warning(result.get("machine")):
+        lines += ["", warning(result["machine"])]
     return "\n".join(lines)

@@ -20,6 +20,8 @@ Columns:
   constant; measured / cost-aware is what is left: the engine's own overhead.
 Prompt lookup gets no prediction: its guesses are not independent (a copied stretch, once it starts, tends to go
 on) and it guesses only when the context holds a match, so Eq. (1) does not describe it.
+
+The run is watched (`teachspec.busy`): when other programs kept the CPUs busy, the tables say so under them.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from teachspec.busy import Watch, warning
 from teachspec.decode import decode
 from teachspec.device import synchronize
 from teachspec.engine import Engine
@@ -210,11 +213,13 @@ def bench(pair: Pair, docs: list[list[int]], copy: list[list[int]], n: int = 96,
     bar = tqdm(total=sum(len(w[1]) for w in workloads), desc="bench speculative", disable=not progress)
     result = {"device": str(pair.device), "pair": pair.name, "new_tokens": n, "prompts": len(docs),
               "threads": torch.get_num_threads(), "workloads": {}}
+    watch = Watch()
     for name, prompts, params, methods in workloads:
         rows = run_workload(fixed, prompts, n, params, methods, seed, bar)
         table = summarise(rows)
         result["workloads"][name] = {"rows": table, "greedy_outputs_identical": identical(rows)
                                      if params.greedy else None}
+    result["machine"] = watch.stop().as_dict()
     bar.close()
     return result
 
@@ -235,4 +240,6 @@ def markdown(result: dict) -> str:
                          f"{r['tokens_per_s']:.0f} | {f('tokens_per_target_pass')} | {f('alpha')} | {f('c')} | "
                          f"{f('pass_cost')} | {f('predicted')} | {f('measured_over_predicted')} | "
                          f"{f('predicted_cost_aware')} | {f('measured_over_cost_aware')} |")
+    if warning(result.get("machine")):
+        lines += ["", warning(result["machine"])]
     return "\n".join(lines)

@@ -16,7 +16,8 @@ Three numbers, because a shared machine is noisy:
     cost = live_overhead(pair, "def main():", max_new_tokens=64)
     print(cost)        # bare ... tok/s, live ... tok/s: watching costs ...% (...% of CPU time)
 
-The goal is a cost of at most 10%.
+The goal is a cost of at most 10%. The runs are watched (`teachspec.busy`): when other programs kept the CPUs
+busy, or the bare runs disagreed among themselves, the line says so.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import time
 from dataclasses import dataclass
 from statistics import median
 
+from teachspec.busy import Check, Watch
 from teachspec.engine import Engine
 from teachspec.events import EventLog
 from teachspec.models.pair import Pair
@@ -39,6 +41,7 @@ class Overhead:
     bare_cpu: float      # tokens per CPU second, nobody watching
     live_cpu: float      # tokens per CPU second, watched, the views' own work included
     work: float          # the views' timer-thread CPU time over a bare run's wall time
+    check: Check | None = None  # what the machine did meanwhile
 
     @property
     def cost(self) -> float:
@@ -51,8 +54,9 @@ class Overhead:
         return 1 - self.live_cpu / self.bare_cpu
 
     def __str__(self) -> str:
+        busy = f"; {self.check}" if self.check is not None and self.check.busy else ""
         return (f"bare {self.bare:.0f} tok/s, live {self.live:.0f} tok/s: watching costs {100 * self.cost:.1f}% "
-                f"({100 * self.cpu_cost:.1f}% of CPU time; the views' own work {100 * self.work:.1f}%)")
+                f"({100 * self.cpu_cost:.1f}% of CPU time; the views' own work {100 * self.work:.1f}%){busy}")
 
 
 def live_overhead(pair: Pair, prompt: str | list[int], max_new_tokens: int = 64, repeats: int = 5,
@@ -62,6 +66,7 @@ def live_overhead(pair: Pair, prompt: str | list[int], max_new_tokens: int = 64,
         raise ValueError(f"repeats must be an int >= 1, got {repeats!r}")
     generate = {"temperature": 1.0, "seed": 0, **generate}
     wall, cpu, work = {"bare": [], "live": []}, {"bare": [], "live": []}, []
+    watch = Watch()
     for _ in range(repeats):
         for mode in wall:  # alternate, so a slow patch of the machine hurts both alike
             log = EventLog()
@@ -75,5 +80,6 @@ def live_overhead(pair: Pair, prompt: str | list[int], max_new_tokens: int = 64,
             cpu[mode].append(out.stats.new_tokens / spent)
             if views:
                 work.append(sum(view.work_s for view in views) / out.stats.new_tokens)  # seconds per token
+    check = watch.stop().repeats([1 / tps for tps in wall["bare"]])  # the same bare run, repeated
     bare = median(wall["bare"])
-    return Overhead(bare, median(wall["live"]), median(cpu["bare"]), median(cpu["live"]), median(work) * bare)
+    return Overhead(bare, median(wall["live"]), median(cpu["bare"]), median(cpu["live"]), median(work) * bare, check)

@@ -1,14 +1,24 @@
-"""Course tooling: the model-picking cell's logic, the assignments' checks, the student-notebook generator, the
-script that re-records the lecture traces and the one that records the outputs nbval checks.
+"""Course tooling: the model-picking cell's logic, the assignments' checks, the course's files as the package ships
+them, the student-notebook generator, the script that re-records the lecture traces and the one that records the
+outputs nbval checks.
 
     from teachspec.course import pick_pair
     pair = pick_pair("tiny")                 # the first cell of every notebook
 
-    python -m teachspec.course.student notebooks/assignments/a1_acceptance_rule.ipynb    # -> student version
-    python -m teachspec.course.traces                                                     # -> notebooks/traces/
-    python -m teachspec.course.pin notebooks/05_radix_attention.ipynb                     # pinned outputs
+    teachspec course my-course                                         # the course, copied out of the package
+    teachspec student notebooks/assignments/a1_acceptance_rule.ipynb   # -> the student version
+    teachspec traces --out notebooks/traces                            # re-record the traces
+    teachspec pin notebooks/05_radix_attention.ipynb                   # pinned outputs
+
+`pick_pair` loads on first use (PEP 562), so the tools that only handle files start without torch.
 """
 
-from teachspec.course.pairs import HUB_PAIRS, pick_pair
+from importlib import import_module
 
 __all__ = ["HUB_PAIRS", "pick_pair"]
+
+
+def __getattr__(name: str):
+    if name in __all__:
+        return getattr(import_module("teachspec.course.pairs"), name)
+    raise AttributeError(f"module 'teachspec.course' has no attribute {name!r}")

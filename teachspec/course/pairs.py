@@ -6,6 +6,8 @@ on a laptop CPU; the hub pairs show what speculation buys when the target is lar
     "tiny"      teachspec's own 15.7M target and 0.8M draft, offline
     "smollm2"   HuggingFaceTB/SmolLM2-360M (target) and SmolLM2-135M (draft)
     "qwen2.5"   Qwen/Qwen2.5-1.5B (target) and Qwen2.5-0.5B (draft)
+    "smollm2-instruct", "qwen2.5-instruct"   the same pairs' chat models: their tokenizers carry a chat template,
+                which `teachspec.chat.Chat` and the program roles then use, and they stop at the end of a turn
 
 A hub pair that cannot be loaded (no network, no local copy) is reported in one sentence and the bundled pair
 is used instead, so the notebook still runs top to bottom.
@@ -30,6 +32,8 @@ from teachspec.models import BUNDLED, Pair, load_pair
 HUB_PAIRS = {
     "smollm2": ("HuggingFaceTB/SmolLM2-360M", "HuggingFaceTB/SmolLM2-135M"),
     "qwen2.5": ("Qwen/Qwen2.5-1.5B", "Qwen/Qwen2.5-0.5B"),
+    "smollm2-instruct": ("HuggingFaceTB/SmolLM2-360M-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct"),
+    "qwen2.5-instruct": ("Qwen/Qwen2.5-1.5B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct"),
 }
 ENV = "TEACHSPEC_NOTEBOOK_PAIR"
 

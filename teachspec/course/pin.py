@@ -6,8 +6,8 @@ execution count are kept, and `pytest --nbval-lax` compares a fresh run against 
 committed with no output and no execution count (nbval runs it and only checks that it does not raise), and the
 notebook's saved widget state is dropped: a view's state is megabytes, and it is rebuilt when the cell runs.
 
-    python -m teachspec.course.pin notebooks/05_radix_attention.ipynb [...]     # run, keep the pinned outputs
-    python -m teachspec.course.pin --strip notebooks/*.ipynb                    # only clean, run nothing
+    teachspec pin notebooks/05_radix_attention.ipynb [...]     # run, keep the pinned outputs
+    teachspec pin --strip notebooks/*.ipynb                    # only clean, run nothing
 
 Run it with the bundled pair (the default of every notebook's first cell) and with the package that the kernel
 imports being this one (PYTHONPATH=. from a checkout). It prints each notebook's run time.
@@ -15,8 +15,8 @@ imports being this one (PYTHONPATH=. from a checkout). It prints each notebook's
 
 from __future__ import annotations
 
-import argparse
 import copy
+import sys
 import time
 from pathlib import Path
 
@@ -50,33 +50,41 @@ def strip(nb):
 def run(path: Path, timeout: int = 600) -> tuple[object, float]:
     """Execute the notebook in its own folder (the traces are found relative to it); returns it and the seconds."""
     from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
 
     nb = nbformat.read(path, as_version=4)
     metadata = copy.deepcopy(nb.metadata)
     start = time.perf_counter()
-    NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                   resources={"metadata": {"path": str(Path(path).resolve().parent)}}).execute()
+    try:
+        NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                       resources={"metadata": {"path": str(Path(path).resolve().parent)}}).execute()
+    except CellExecutionError as e:  # its message is the whole traceback; the last line says what went wrong
+        raise ValueError(f"{path}: a cell raised {e.ename}: {e.evalue}; the notebook was left as it was") from e
     seconds = time.perf_counter() - start
     nb.metadata = metadata  # as committed: the kernel's language_info (its version) is noise in a diff
     return nb, seconds
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m teachspec.course.pin", description=__doc__.splitlines()[0])
-    ap.add_argument("notebooks", nargs="+", type=Path)
-    ap.add_argument("--strip", action="store_true", help="only clean the notebooks, without running them")
-    args = ap.parse_args(argv)
-    for path in args.notebooks:
-        if args.strip:
+def pin(paths: list[Path], strip_only: bool = False, timeout: int = 600):
+    """Run (unless `strip_only`) and clean each notebook in place; yields one line per notebook."""
+    for path in paths:
+        if strip_only:
             nb, seconds = nbformat.read(path, as_version=4), None
         else:
-            nb, seconds = run(path)
+            nb, seconds = run(path, timeout)
         nb = strip(nb)
         nbformat.validate(nb)
         nbformat.write(nb, path)
         n = sum(pinned(c) for c in nb.cells)
         ran = "" if seconds is None else f", ran in {seconds:.1f} s"
-        print(f"{path}: {n} pinned cell{'s' * (n != 1)}{ran}, {path.stat().st_size / 1024:.1f} KiB")
+        yield f"{path}: {n} pinned cell{'s' * (n != 1)}{ran}, {path.stat().st_size / 1024:.1f} KiB"
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m teachspec.course.pin ...` is `teachspec pin ...`."""
+    from teachspec.cli import main as teachspec
+
+    teachspec(["pin", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

@@ -9,15 +9,15 @@ A solution notebook is written once. In its code cells
 and in markdown cells a `### BEGIN SOLUTION` region becomes "YOUR ANSWER HERE". Outputs and execution counts are
 cleared. The markers are nbgrader's own, so the same notebook also works with `nbgrader generate_assignment`.
 
-    python -m teachspec.course.student notebooks/assignments/a1_acceptance_rule.ipynb [-o OUT.ipynb]
+    teachspec student assignments/a1_acceptance_rule.ipynb [-o OUT.ipynb]
 
-writes OUT (default: notebooks/assignments/student/<name>.ipynb).
+writes OUT (default: assignments/student/<name>.ipynb, beside the solution).
 """
 
 from __future__ import annotations
 
-import argparse
 import re
+import sys
 from pathlib import Path
 
 import nbformat
@@ -77,16 +77,21 @@ def check_cells(nb: nbformat.NotebookNode) -> list[int]:
             if c.cell_type == "code" and c.get("metadata", {}).get("nbgrader", {}).get("grade")]
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m teachspec.course.student", description=__doc__.splitlines()[0])
-    ap.add_argument("solution", type=Path, help="the solution notebook")
-    ap.add_argument("-o", "--out", type=Path, help="where to write the student notebook")
-    args = ap.parse_args(argv)
-    nb = nbformat.read(args.solution, as_version=4)
-    out = args.out or args.solution.parent / "student" / args.solution.name
+def write(solution: Path, out: Path | None = None) -> Path:
+    """Write the student version of the notebook at `solution` to `out` (default: student/ beside it)."""
+    solution = Path(solution)
+    nb = nbformat.read(solution, as_version=4)
+    out = Path(out) if out is not None else solution.parent / "student" / solution.name
     out.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(student_version(nb), out)
-    print(f"wrote {out}")
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m teachspec.course.student ...` is `teachspec student ...`."""
+    from teachspec.cli import main as teachspec
+
+    teachspec(["student", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

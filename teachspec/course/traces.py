@@ -1,6 +1,6 @@
 """Re-record the traces that ship beside the notebooks, so a lecturer can step through every demo with no model.
 
-    python -m teachspec.course.traces [--pair tiny] [--out notebooks/traces]
+    teachspec traces [--pair tiny] [--out traces]        # from a checkout: --out notebooks/traces
 
 Each trace is an `EventLog` saved with `EventLog.save`; a notebook replays one with
 
@@ -12,7 +12,7 @@ timestamps differ).
 
 from __future__ import annotations
 
-import argparse
+import sys
 from pathlib import Path
 
 from teachspec import workloads
@@ -20,7 +20,6 @@ from teachspec.chat import Chat
 from teachspec.engine import Engine
 from teachspec.events import EventLog
 
-OUT = Path(__file__).resolve().parents[2] / "notebooks" / "traces"
 PROMPT = "Return a new dictionary"
 
 
@@ -67,7 +66,7 @@ TRACES = {"speculation": speculation, "radix_shared": radix_shared, "radix_evict
           "together": together}
 
 
-def record(pair, out: Path = OUT) -> dict[str, Path]:
+def record(pair, out: Path) -> dict[str, Path]:
     """Record every trace with `pair` into `out`; returns name -> path."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -75,14 +74,10 @@ def record(pair, out: Path = OUT) -> dict[str, Path]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from teachspec.course.pairs import pick_pair
+    """`python -m teachspec.course.traces ...` is `teachspec traces ...`."""
+    from teachspec.cli import main as teachspec
 
-    ap = argparse.ArgumentParser(prog="python -m teachspec.course.traces", description=__doc__.splitlines()[0])
-    ap.add_argument("--pair", default="tiny", help="tiny (default), smollm2, qwen2.5, or config (testing only)")
-    ap.add_argument("--out", type=Path, default=OUT)
-    args = ap.parse_args(argv)
-    for name, path in record(pick_pair(args.pair), args.out).items():
-        print(f"{name:16s} {path}  ({path.stat().st_size / 1024:.0f} KiB)")
+    teachspec(["traces", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

@@ -6,8 +6,10 @@
     cp -r teachspec/models/tiny copier                     # optional: a pair that copies (see **copy**)
     python -m teachspec.models.train --stage copy --out copier
     python -m teachspec.models.train --stage draft --draft windowed --out copier
+    python -m teachspec.models.train --out teachspec/models/tiny   # replace the bundled pair, on purpose
 
-Stages, each seeded and each writing into `--out` (default: the bundled `teachspec/models/tiny/`):
+Stages, each seeded and each writing into `--out` (default: `trained-pair/` in the current folder; the bundled
+pair is replaced only when `--out` names its folder, `teachspec/models/tiny/`):
 1. **tokenizer**: byte-level BPE with a 4096-token vocabulary and one special token, `<|endoftext|>`.
 2. **target**: a 6-layer, 384-wide Llama trained with cross-entropy for a fixed wall-clock budget. The learning
    rate warms up, then follows a cosine to 10% over the budget, so a slower machine trains fewer steps but still
@@ -58,10 +60,12 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen3Config
 
+from teachspec.device import set_threads, use_cpu_policy
 from teachspec.models import corpus
 
 EOS = "<|endoftext|>"
 BUNDLED = Path(__file__).parent / "tiny"
+OUT = Path("trained-pair")  # never the bundled pair by default: replacing it takes --out naming its folder
 
 
 @dataclass
@@ -307,9 +311,11 @@ def halves(data):
 # ----------------------------------------------------------------------------------------------------------------
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m teachspec.models.train", description=__doc__.splitlines()[0])
     ap.add_argument("--stage", choices=["tokenizer", "target", "copy", "draft", "all"], default="all")
-    ap.add_argument("--out", type=Path, default=BUNDLED)
+    ap.add_argument("--out", type=Path, default=OUT,
+                    help="the folder to train into (default: trained-pair/ here; teachspec/models/tiny replaces the "
+                         "bundled pair)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--vocab", type=int, default=4096)
     ap.add_argument("--context", type=int, default=2048, help="max_position_embeddings of both models")
@@ -325,12 +331,23 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--draft-minutes", type=float, default=5)
     ap.add_argument("--kd-minutes", type=float, default=10)
     ap.add_argument("--self-written", type=int, default=512, help="target continuations to distil on")
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=None,
+                    help="CPU threads for torch (default: the CPUs this process may use; see teachspec/device.py)")
     ap.add_argument("--resume", action="store_true",
                     help="continue training the saved target instead of starting from random weights")
     ap.add_argument("--lr", type=float, default=1e-3, help="the target's peak learning rate")
     args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
+    # a stage that continues earlier work needs that work in --out, which by default is a new folder
+    needs = ([] if args.stage in ("tokenizer", "all") else ["tokenizer.json"]) + (
+        ["target"] if args.stage in ("copy", "draft") or args.resume else [])
+    missing = [name for name in needs if not (args.out / name).exists()]
+    if missing:
+        ap.error(f"--stage {args.stage} continues from {' and '.join(missing)} in --out {args.out}, which has none: "
+                 f"train them first (--stage all), or start from the bundled pair: cp -r {BUNDLED} {args.out}")
+    if args.threads is not None:
+        set_threads(args.threads)
+    else:
+        use_cpu_policy()
     torch.manual_seed(args.seed)
     random.seed(args.seed)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -7,8 +7,10 @@ written on, so a mistake is reported there, before the state changes:
     ProgramError: select('answer', choices=[]) at classify line 4: choices must be a non-empty list of distinct
     non-empty strings, got []
 
-The roles lay a chat out the way `teachspec.chat.Chat` and `teachspec.workloads.chat_prompt` do, so a program's
-turns and a `Chat`'s share their prefixes in the radix tree:
+The roles lay a chat out the way `teachspec.chat.Chat` does, so a program's turns and a `Chat`'s share their
+prefixes in the radix tree: with the tokenizer's chat template when it has one (each turn's opening and closing
+as the template renders them, `teachspec.templates.marks`), else as plain text, as
+`teachspec.workloads.chat_prompt` does too:
 
     system text "\\n\\nUser: " message "\\nAssistant:" reply "\\n\\nUser: " ...
 
@@ -99,8 +101,9 @@ def gen(name: str, max_tokens: int = 16, stop: str | list[str] | None = None, te
         top_k: int | None = None, top_p: float | None = None) -> Gen:
     """Generate up to `max_tokens` tokens into the variable `name`, cut before the first `stop` string.
 
-    The engine decodes (speculating as `run` says) until EOS or `max_tokens`; the text is then cut before the
-    first stop string, and only what is kept joins the state (the EOS token never does). Greedy by default."""
+    The engine decodes (speculating as `run` says) until an EOS id, a stop string or `max_tokens`; the text is
+    then cut before the first stop string, and only what is kept joins the state (the EOS token never does).
+    Greedy by default."""
     asked = dict(max_tokens=max_tokens, stop=stop, temperature=temperature, top_k=top_k, top_p=top_p)
     call = signature("gen", name, **{k: v for k, v in asked.items() if v != GEN_DEFAULTS[k]})  # as written
     where = caller()
@@ -142,15 +145,15 @@ def _role(role: str, parts: tuple) -> Role:
 
 
 def system(*parts: str | Gen | Select) -> Role:
-    """The system text at the start of a chat."""
+    """The system text at the start of a chat (the template's system turn, when it has one)."""
     return _role("system", parts)
 
 
 def user(*parts: str | Gen | Select) -> Role:
-    """A user's turn: "User: " and the message."""
+    """A user's turn: the chat template's user turn, or "User: " and the message."""
     return _role("user", parts)
 
 
 def assistant(*parts: str | Gen | Select) -> Role:
-    """The assistant's turn: "\\nAssistant:" and the reply, usually gen(...)."""
+    """The assistant's turn, the reply usually gen(...): the template's, or "\\nAssistant:" and the reply."""
     return _role("assistant", parts)

@@ -11,6 +11,7 @@ see a different prefix.
     s += gen(...)      engine.generate(s.ids, ...): the same speculative loop and radix cache as any request
     s += select(...)   engine.score(s.ids, choices): every choice reuses the state's KV; the likeliest is appended
     s.fork(n)          n states that start as copies of this one; their calls share its prefix in the tree
+    s += user(...)     a chat turn, laid out by the tokenizer's chat template when it has one (else as plain text)
 
 Every call is recorded twice in the engine's event log, ProgramStep when it starts and ProgramSpan when it is
 done with the tokens it added, so a view can show which step of which program is running while the tree grows.
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from teachspec.engine import Engine
 from teachspec.events import ProgramSpan, ProgramStep
 from teachspec.program.calls import ROLES, Gen, ProgramError, Role, Select, Where, caller, signature
+from teachspec.templates import marks
 
 
 @dataclass
@@ -72,11 +74,12 @@ class State:
     """A program's state. Read it with `s[name]`, `s.text`, `s.ids`; extend it with `s += ...`."""
 
     def __init__(self, run: Run, ids: list[int] | None = None, text: str = "", variables: dict | None = None,
-                 branch: int = 0):
+                 branch: int = 0, messages: list[dict] | None = None):
         self.run = run
         self.ids: list[int] = list(ids or [])
         self.text = text
         self.branch = branch
+        self.messages: list[dict] = list(messages or [])  # the chat turns so far, as a chat template reads them
         self.scores: dict[str, dict[str, float]] = {}           # select's variable -> {choice: log p}
         self._variables: dict[str, tuple[str, str, Where]] = dict(variables or {})  # name -> (value, call, where)
 
@@ -114,7 +117,7 @@ class State:
         self._step("fork", "", where)
         self.run.calls.append(Call("fork", call, "", self.branch, where.line, len(self.ids), len(self.ids)))
         self._span("fork", "", len(self.ids), "")
-        return [State(self.run, self.ids, self.text, self._variables, first + i) for i in range(n)]
+        return [State(self.run, self.ids, self.text, self._variables, first + i, self.messages) for i in range(n)]
 
     # -- running the calls ---------------------------------------------------------------------------------------
 
@@ -122,9 +125,7 @@ class State:
         if isinstance(part, str):
             self._text(part, where)
         elif isinstance(part, Role):
-            self._text(("\n\n" if self.ids and part.role == "user" else "") + ROLES[part.role], part.where)
-            for inner in part.parts:
-                self._add(inner, part.where)
+            self._turn(part)
         elif isinstance(part, (Gen, Select)):
             if part.name in self._variables:
                 _, call, at = self._variables[part.name]
@@ -136,12 +137,32 @@ class State:
             raise ProgramError(f"s += {shown}", where, f"a state takes text, gen(...), select(...) or a chat turn "
                                                        f"such as user(...), got {type(part).__name__}")
 
-    def _text(self, text: str, where: Where) -> None:
+    def _turn(self, turn: Role) -> None:
+        """A chat turn: the template's opening, the parts, its closing; or, with no template, ROLES' plain text."""
+        pair = self.engine.pair
+        if not pair.chat_template:
+            self._text(("\n\n" if self.ids and turn.role == "user" else "") + ROLES[turn.role], turn.where)
+            for inner in turn.parts:
+                self._add(inner, turn.where)
+            return
+        try:
+            opening, closing = marks(pair.tokenizer, self.messages, turn.role)
+        except Exception as e:  # a template refusing this order of roles, in its own words
+            raise ProgramError(turn.call, turn.where, str(e)) from e
+        self._text(opening, turn.where, special=False)  # the template's text holds the special tokens it wants
+        start = len(self.text)
+        for inner in turn.parts:
+            self._add(inner, turn.where)
+        self.messages.append({"role": turn.role, "content": self.text[start:]})
+        self._text(closing, turn.where, special=False)
+
+    def _text(self, text: str, where: Where, special: bool | None = None) -> None:
+        """Append text; the first text of a state is encoded as a prompt (with the tokenizer's BOS, if any)."""
         if not text:
             return
         start = len(self.ids)
         self._step("text", "", where)
-        self.ids += self.engine.pair.encode(text)
+        self.ids += self.engine.pair.encode(text, special=not self.ids if special is None else special)
         self.text += text
         self.run.calls.append(Call("text", f"s += {text[:20]!r}", "", self.branch, where.line, start,
                                    len(self.ids)))
@@ -152,7 +173,8 @@ class State:
         self._step("gen", g.name, g.where)
         try:
             out = engine.generate(self.ids, g.max_tokens, temperature=g.params.temperature, top_k=g.params.top_k,
-                                  top_p=g.params.top_p, speculate=run.speculate, k=run.k, seed=run.next_seed())
+                                  top_p=g.params.top_p, speculate=run.speculate, k=run.k, seed=run.next_seed(),
+                                  stop=list(g.stop) or None)
         except Exception as e:  # the engine's message, placed at the program's line
             raise ProgramError(g.call, g.where, str(e)) from e
         tokens, text = cut(out.tokens, g.stop, engine.pair)
@@ -163,7 +185,7 @@ class State:
         engine = self.engine
         self._step("select", sel.name, sel.where)
         try:
-            scored = engine.score(self.ids, [engine.pair.encode(c) for c in sel.choices])
+            scored = engine.score(self.ids, [engine.pair.encode(c, special=False) for c in sel.choices])
         except Exception as e:
             raise ProgramError(sel.call, sel.where, str(e)) from e
         self.scores[sel.name] = {c: s.logprob for c, s in zip(sel.choices, scored)}
@@ -196,10 +218,11 @@ class State:
 def cut(tokens: list[int], stops: tuple[str, ...], pair) -> tuple[list[int], str]:
     """The part of a generation a program keeps: no EOS token, nothing from the first stop string on.
 
-    The engine has no stop strings, so a gen decodes to EOS or its budget and is cut here. A stop string can end
-    inside a token; then the whole tokens before the cut are kept and the few characters between them and the cut
-    are encoded on their own, so that the kept ids still spell exactly the kept text."""
-    if pair.eos_token_id is not None and tokens and tokens[-1] == pair.eos_token_id:
+    The engine stops right after the token that completes a stop string, as transformers does, and keeps that
+    token; the program keeps only the text before the string. A stop string can end inside a token; then the
+    whole tokens before the cut are kept and the few characters between them and the cut are encoded on their
+    own, so that the kept ids still spell exactly the kept text."""
+    if tokens and tokens[-1] in pair.eos:
         tokens = tokens[:-1]
     text = pair.decode(tokens)
     found = [i for i in (text.find(s) for s in stops) if i >= 0]
@@ -210,4 +233,4 @@ def cut(tokens: list[int], stops: tuple[str, ...], pair) -> tuple[list[int], str
     while n and not text.startswith(pair.decode(tokens[:n])):
         n -= 1
     rest = text[len(pair.decode(tokens[:n])):]
-    return tokens[:n] + (pair.encode(rest) if rest else []), text
+    return tokens[:n] + (pair.encode(rest, special=False) if rest else []), text

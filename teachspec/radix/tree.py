@@ -19,6 +19,10 @@ insert         stores a sequence's KV and returns how many leading tokens were a
                free its own duplicate copy of them.
 lock, unlock   a running request pins its prefix: every node on the path root -> node gains one lock. Locked tokens
                are *protected*, the others *evictable*; only the 0 <-> 1 transitions move tokens between the two.
+               Each lock is a *lease* held by the request that took it: unlock(node, request) undoes one earlier
+               lock(node, request) and refuses anything else (a second unlock, a node that request never locked,
+               another request's lock) before it changes anything. Counting alone could not tell: after lock(a)
+               and lock(b) for b below a, a second unlock(a) finds a lock on a (b's) and would take it.
 evict          frees memory by removing unlocked leaves, cheapest first under the policy (LRU by default). Removing
                a leaf can leave its parent an unlocked leaf, which becomes a candidate in turn (the cascade). Only
                leaves go, so whatever stays cached is still a path from the root.
@@ -32,6 +36,7 @@ hit loses on average (page_size - 1) / 2 tokens.
 Invariants, recounted from scratch by `check_invariants()` (and after every operation when `debug=True`):
     evictable_size + protected_size == total_size == the tokens held by all nodes
     a non-root node never has more locks than its parent      (a lock covers the whole path to the root)
+    a node's locks == the leases held on it and below it      (every lock belongs to a request that took it)
     siblings start with different first tokens (first pages)  (so a lookup follows at most one edge)
     0 < len(key) == len(payload), and len(key) is a multiple of page_size
 """
@@ -61,7 +66,7 @@ class Node:
     payload: Any                 # the KV of `key`: payload[i] belongs to key[i]
     parent: Node | None          # None for the root and for evicted nodes
     children: dict[Hashable, Node] = field(default_factory=dict)  # by first token (first page when paged)
-    locks: int = 0               # running requests whose prefix passes through here; > 0 means protected
+    locks: int = 0               # leases held on this node or below it; > 0 means protected
     last_access: float = 0       # clock of the last match or insert that reached it (LRU)
     hits: int = 0                # matches that reached it (LFU)
     created: float = 0           # clock when its tokens were first stored (FIFO)
@@ -134,6 +139,12 @@ def _check_count(name: str, value: Any, minimum: int) -> None:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
 
 
+def _check_request(request: Any) -> int:
+    """A request id as a plain int: -1 for "no request", else >= 0. It keys the lease ledger, so it must match."""
+    _check_count("request", request, -1)
+    return int(request)
+
+
 def _as_tokens(tokens: Any) -> tuple[int, ...]:
     """Token ids as a tuple of Python ints (hashable, so a run can be a dict key); anything else is refused."""
     if isinstance(tokens, (str, bytes, bytearray, Mapping)) or not hasattr(tokens, "__len__") \
@@ -181,6 +192,9 @@ class RadixCache:
         # The eviction candidates (unlocked non-root leaves), kept up to date by every operation so evict() need
         # not search the whole tree; evict() heapifies them by policy on each call: O(c log c) for c candidates.
         self._leaves: set[Node] = set()
+        # Who holds which lock: (request, node) -> lock(node, request) calls not undone yet. node.locks says how
+        # many leases cover a node; this ledger says whose they are, so unlock can check the lease it undoes.
+        self._leases: dict[tuple[int, Node], int] = {}
 
     # -- sizes ---------------------------------------------------------------------------------------------------
 
@@ -364,11 +378,15 @@ class RadixCache:
         return path
 
     def lock(self, node: Node, request: int = -1) -> None:
-        """Protect the prefix root -> node from eviction (one more lock on every node of the path).
+        """Protect the prefix root -> node from eviction (one more lock on every node of the path), as a lease of
+        `request`: only unlock(node, request) with the same node and request gives it back.
 
         Locking the root, which an empty match returns, protects nothing; it is allowed so callers need no special
-        case, and so is unlocking it."""
+        case, and it is a lease like any other. The Lock event is emitted after the lock is taken: a subscriber
+        that raises leaves it taken, and `holds` tells the caller so."""
         path = self._path_up(node)
+        request = _check_request(request)
+        self._leases[request, node] = self._leases.get((request, node), 0) + 1
         for n in path:
             if n.locks == 0:
                 self._evictable -= len(n.key)
@@ -379,12 +397,18 @@ class RadixCache:
         self._after()
 
     def unlock(self, node: Node, request: int = -1) -> None:
-        """Undo one lock(node). A node at zero locks is refused before anything changes."""
+        """Undo one lock(node, request). Anything else is refused before anything changes: a node this request
+        holds no lock on (never locked, already unlocked, or locked by another request)."""
         path = self._path_up(node)
-        if path and node.locks == 0:
-            raise ValueError(f"cannot unlock node {node.id}: it is not locked (locks=0); every unlock must undo an "
-                             f"earlier lock of the same node")
-        for n in path:  # parents hold at least as many locks as node (an invariant), so none goes below zero
+        request = _check_request(request)
+        held = self._leases.get((request, node), 0)
+        if held == 0:
+            raise ValueError(self._refusal(node, request))
+        if held == 1:
+            del self._leases[request, node]
+        else:
+            self._leases[request, node] = held - 1
+        for n in path:  # this lease counts on every node of the path, so none goes below zero
             n.locks -= 1
             if n.locks == 0:
                 self._protected -= len(n.key)
@@ -392,6 +416,23 @@ class RadixCache:
                 self._refresh(n)
         self._emit(Unlock, request, node=node.id, locks=node.locks, protected=self._protected)
         self._after()
+
+    def holds(self, node: Node, request: int = -1) -> int:
+        """How many locks on `node` `request` holds: its lock(node, request) calls not undone yet."""
+        if not isinstance(node, Node):
+            raise TypeError(f"node must be a Node (MatchResult.node), got {type(node).__name__}")
+        return self._leases.get((_check_request(request), node), 0)
+
+    def _refusal(self, node: Node, request: int) -> str:
+        """Why unlock(node, request) is refused, with who does hold what, so the caller can find its mistake."""
+        owners = sorted({r for r, n in self._leases if n is node})
+        mine = sorted({n.id for r, n in self._leases if r == request})
+        held = (f"node {node.id} is locked by requests {owners}" if owners else
+                f"node {node.id} is locked only as part of longer locked prefixes" if node.locks else
+                f"node {node.id} is not locked at all")
+        own = f"request {request} holds locks on nodes {mine}" if mine else f"request {request} holds no locks"
+        return (f"cannot unlock node {node.id}: it is not locked by request {request} ({held}; {own}); every "
+                f"unlock must undo an earlier lock(node, request) of the same node by the same request")
 
     # -- checking and showing ------------------------------------------------------------------------------------
 
@@ -408,6 +449,17 @@ class RadixCache:
         root = self.root
         if root.key or root.parent is not None or root.locks:
             raise InvariantError("the root must have an empty key, no parent and no locks")
+        # every lock is a lease: a node's count is the leases held on it and on the nodes below it
+        covered: dict[Node, int] = {}
+        for (request, leased), count in self._leases.items():
+            if count < 1:
+                raise InvariantError(f"request {request} holds {count} leases on node {leased.id}")
+            n = leased
+            while n is not None and n is not root:
+                covered[n] = covered.get(n, 0) + count
+                n = n.parent
+            if n is None:
+                raise InvariantError(f"request {request} holds a lease on node {leased.id}, which is not in the tree")
         evictable = protected = 0
         leaves, ids, stack = set(), {root.id}, [root]
         while stack:  # an explicit stack: a long chain of splits must not hit Python's recursion limit
@@ -426,6 +478,8 @@ class RadixCache:
                     bad = f"it is filed under {first!r} but starts with {self._first(child.key, 0)!r}"
                 elif child.locks < 0 or (node is not root and node.locks < child.locks):
                     bad = f"it has {child.locks} locks, its parent {node.id} has {node.locks}"
+                elif child.locks != covered.get(child, 0):
+                    bad = f"it has {child.locks} locks but {covered.get(child, 0)} leases on it and below it"
                 elif child.id in ids:
                     bad = "its id is used twice"
                 if bad:

@@ -37,8 +37,9 @@ class Proposal:
 class ModelDrafter:
     """A draft LM that keeps a KV cache of the committed tokens (plus its own unverified guesses).
 
-    Before each proposal the cache is cut back to the longest prefix it shares with the committed tokens, so
-    rejected guesses are forgotten: the cache holds exactly committed tokens when drafting starts.
+    After each step the engine rolls it back (`roll_back`): the cache is cut to the longest prefix it shares with the
+    committed tokens, so rejected guesses are forgotten. Each proposal checks that again first (a cache handed in
+    from the radix tree starts the same way), so the cache holds exactly committed tokens when drafting starts.
     """
 
     name = "model"
@@ -63,6 +64,12 @@ class ModelDrafter:
         del self.cached[n:]
         self.synced = n
         return ids[n:]
+
+    def roll_back(self, ids: list[int]) -> None:
+        """After a step: forget the guesses that were not committed. The cache is cut back to the longest prefix
+        it shares with the committed `ids` (accepted guesses stay, a rejected one and those after it go), at most
+        len(ids) - 1 tokens: the last committed token is fed with the next proposal."""
+        self._sync(ids)
 
     def fill(self, ids: list[int]) -> None:
         """Make the cache hold exactly `ids` (to store it for reuse): drop stale guesses, feed what is missing."""
@@ -132,6 +139,9 @@ class NgramDrafter:
     def reset(self, cache=None, ids: list[int] | None = None) -> None:
         pass  # nothing to remember between steps
 
+    def roll_back(self, ids: list[int]) -> None:
+        pass  # no cache: a rejected guess leaves nothing behind
+
     def propose(self, ids: list[int], k: int, params: SamplingParams, generator,
                 stop_below: float | None = None) -> Proposal:
         t0 = time.perf_counter()
@@ -148,3 +158,6 @@ class NgramDrafter:
                 tokens = (after * -(-k // len(after)))[:k]
                 return Proposal(tokens, None, 0, time.perf_counter() - t0)
         return Proposal([], None, 0, time.perf_counter() - t0)
+
+
+Drafter = ModelDrafter | NgramDrafter  # what the engine asks for guesses: reset, propose, roll_back, name

@@ -35,7 +35,14 @@ accepted and a rejection can only come from rounding, so the residual falls back
 The uniforms u_0 .. u_{k-1} are drawn up front, one per drafted position in order (those after the first rejection
 go unused); then one token is drawn, the resample or the bonus. `verify` (one sequence, with a readable trace) and
 `verify_batch` (vectorised over a batch) use the generator in exactly this way, so with one row they agree token
-for token (both divide p/q in float64), and they share the building block `residual`.
+for token, and they share the building block `residual`.
+
+Precision. Whatever the inputs' dtype, the rule runs in float64: the uniforms are float64 draws (multiples of
+2^-53), p/q is divided, compared and the residual computed in float64, and `sampling.sample` sums in float64. So
+the law is exact for float32, float16 and bfloat16 inputs too, their values taken as they are (rows that sum to
+1). In the inputs' dtype it would not be: torch's bfloat16 uniforms are exactly 0 about once in 512 draws (float16 once in
+4096), so a draft with p(x)/q(x) = 2^-8 would be accepted half as often again as it should, and P(u < 0.5) comes
+out near 0.501; and bfloat16 arithmetic, with 8 significant bits, rounds p/q and the residual by up to 2^-9.
 """
 
 from __future__ import annotations
@@ -61,7 +68,7 @@ class PositionRecord:
     ratio: float  # p / q; inf when q = 0
     u: float  # the uniform draw; accepted iff u < min(1, ratio) (and q > 0)
     decision: Literal["accept", "reject"]
-    residual: torch.Tensor | None = None  # (vocab,) norm(max(0, p_i - q_i)), only at a rejection
+    residual: torch.Tensor | None = None  # (vocab,) float64 norm(max(0, p_i - q_i)), only at a rejection
     resampled: int | None = None  # the token drawn from the residual, only at a rejection
 
 
@@ -91,7 +98,10 @@ def at(dist: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 
 def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """norm(max(0, p - q)) over the last dim; p itself where that has no mass (p == q)."""
+    """norm(max(0, p - q)) over the last dim; p itself where that has no mass (p == q).
+
+    In float64 whatever the inputs' dtype: in bfloat16 the division alone would be off by up to 2^-9."""
+    p, q = p.double(), q.double()
     r = (p - q).clamp(min=0.0)
     mass = r.sum(-1, keepdim=True)
     return torch.where(mass > 0, r / mass.where(mass > 0, 1.0), p)
@@ -116,11 +126,12 @@ def verify(
     check=False skips validating the inputs: for a caller whose p and q come from `sampling.warp` and whose
     draft was sampled from q (the engine, which would otherwise pay for it at every step).
     """
+    _check_generator(generator)
     p, q = _check(p, q, draft, batched=False) if check else _distributions(p, q, draft)
     k = draft.shape[0]
-    u = torch.rand(k, generator=generator, dtype=p.dtype, device=p.device)  # (k,)
+    u = torch.rand(k, generator=generator, dtype=torch.float64, device=p.device)  # (k,)
     # as Python floats (exact), in one conversion: the decisions below compare them, the records keep them
-    u_of, p_of, q_of = torch.stack([u, at(p[:k], draft), at(q, draft)]).tolist()
+    u_of, p_of, q_of = torch.stack([u, at(p[:k], draft).double(), at(q, draft).double()]).tolist()
     xs, positions = draft.tolist(), []
     for i, x in enumerate(xs):
         p_x, q_x = p_of[i], q_of[i]
@@ -145,14 +156,15 @@ def verify_batch(
     p: (B, k+1, vocab); q: (B, k, vocab) or None; draft: (B, k) long.
     Returns accepted (B,) and tokens (B, k+1): the emitted tokens of each row, padded with -1.
     """
+    _check_generator(generator)
     p, q = _check(p, q, draft, batched=True)
     B, k = draft.shape
-    u = torch.rand(B, k, generator=generator, dtype=p.dtype, device=p.device)  # (B, k)
-    accepted_at = u < acceptance_probability(p[:, :k], q, draft)  # (B, k)
+    u = torch.rand(B, k, generator=generator, dtype=torch.float64, device=p.device)  # (B, k)
+    accepted_at = u < acceptance_probability(p[:, :k], q, draft)  # (B, k), both sides float64
     accepted = accepted_at.long().cumprod(-1).sum(-1)  # (B,) length of the leading run of acceptances
 
     rows = torch.arange(B, device=p.device)
-    final = p[rows, accepted]  # (B, vocab): p_k, the bonus distribution, where every draft was accepted
+    final = p[rows, accepted].double()  # (B, vocab): p_k, the bonus distribution, where every draft was accepted
     hit = accepted < k  # rows with a rejection resample from the residual at that position instead
     final[hit] = residual(p[rows[hit], accepted[hit]], q[rows[hit], accepted[hit]])
     last = sample(final, generator)  # (B,)
@@ -199,6 +211,12 @@ def _check(
     return _distributions(p, q, draft)
 
 
+def _check_generator(generator: object) -> None:
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None (torch's global generator), got "
+                        f"{type(generator).__name__} {generator!r}")
+
+
 def _distributions(p: torch.Tensor, q: torch.Tensor | None, draft: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """p and q in one dtype, q a point mass on the draft when None."""
     if q is None:
@@ -210,10 +228,12 @@ def _distributions(p: torch.Tensor, q: torch.Tensor | None, draft: torch.Tensor)
 def _check_distributions(name: str, probs: torch.Tensor) -> None:
     if probs.numel() == 0:
         return
-    sums = probs.sum(-1)
-    # Loose enough for float32 softmax over a large vocabulary; the point is to catch logits passed by mistake.
-    lowest, off = torch.stack([probs.amin(), (sums - 1).abs().amax()]).tolist()
-    if not (lowest >= 0 and off <= 1e-3):  # written so that NaN fails too
+    sums = probs.sum(-1, dtype=torch.float64)  # in bfloat16 itself the sum could not tell 1 from 1 + 2^-7
+    # Loose enough for float32 softmax over a large vocabulary, and for the rounding of each probability to a
+    # low-precision dtype (it moves the sum by up to eps / 2); the point is to catch logits passed by mistake.
+    tolerance = max(1e-3, torch.finfo(probs.dtype).eps)
+    lowest, off = torch.stack([probs.amin().double(), (sums - 1).abs().amax()]).tolist()
+    if not (lowest >= 0 and off <= tolerance):  # written so that NaN fails too
         raise ValueError(
             f"{name} rows must be probability distributions (non-negative, summing to 1; pass probabilities, not "
             f"logits), got row sums in [{sums.min().item():.4g}, {sums.max().item():.4g}] and minimum "
