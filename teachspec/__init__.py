@@ -16,9 +16,11 @@ _EXPORTS = {
     "EventLog": "teachspec.events",
     "Pair": "teachspec.models.pair",
     "RadixCache": "teachspec.radix.tree",
+    "TokenTree": "teachspec.speculative.tree",
     "load_pair": "teachspec.models.pair",
     "set_threads": "teachspec.device",
     "verify": "teachspec.speculative.verify",
+    "verify_tree": "teachspec.speculative.tree",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -6,8 +6,9 @@ One target forward pass per token, each on top of the KV cache of everything bef
     repeat: x ~ warp(logits[-1]); logits = target(x)
 
 Greedy output is token-identical to transformers' own `generate`, with the same eos ids and stop strings (tests
-check it on nine model families). Each step records a `Plain` event so the same views that animate speculation
-can show the baseline.
+check it on nine model families). Each step is recorded exactly as the engine records a speculation step with
+k = 0 guesses, a `Verify` (one target pass over n = 1 position) and a `Bonus` (the token drawn from p), so the views
+that animate speculation show the baseline with no special case.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from transformers import PreTrainedModel
 from teachspec import kv
 from teachspec.checks import check_context, check_int, check_prompt, check_seed
 from teachspec.device import synchronize
-from teachspec.events import EventLog, Finish, Plain, Prefill, RequestStart
+from teachspec.events import Bonus, EventLog, Finish, Prefill, RequestStart, Verify
 from teachspec.models.pair import Pair, load_pair
 from teachspec.sampling import SamplingParams, sample, warp
 from teachspec.stats import Stats
@@ -69,8 +70,9 @@ def decode(model: PreTrainedModel, prompt: list[int], max_new_tokens: int, param
             tokens.append(token)
             if len(tokens) == 1:
                 stats.mark_first_step(1, time.perf_counter() - t_start)
-            events.emit(Plain, request, step=len(tokens) - 1, position=len(prompt) + len(tokens) - 1,
-                        token=token, p=p, ms=ms)
+            step, position = len(tokens) - 1, len(prompt) + len(tokens) - 1
+            events.emit(Verify, request, step=step, position=position, n=1, ms=ms)
+            events.emit(Bonus, request, step=step, position=position, token=token, p=p)
             _, why = rule.check(seq, [token])
             seq.append(token)
             if why is not None:

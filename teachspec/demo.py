@@ -13,10 +13,10 @@ import sys
 from teachspec.busy import Watch
 from teachspec.decode import generate
 from teachspec.engine import Engine
-from teachspec.events import Accept, Bonus, Plain, Reject, Resample
+from teachspec.events import Accept, Bonus, Reject, Resample
 from teachspec.theory import speedup
 
-COLOURS = {Accept: "\033[32m", Reject: "\033[9;31m", Resample: "\033[33m", Bonus: "\033[36m", Plain: ""}
+COLOURS = {Accept: "\033[32m", Reject: "\033[9;31m", Resample: "\033[33m", Bonus: "\033[36m"}
 RESET = "\033[0m"
 
 

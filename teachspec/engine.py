@@ -1,24 +1,26 @@
 """The engine: speculative decoding for one request, every decision recorded as an event.
 
-One step of the loop, read top to bottom in `Engine._run`:
+One step, `Engine.step`, read top to bottom:
 
     k      = policy.next_k()                           how many tokens to guess
     draft  = drafter.propose(ids, k)                   k guesses and the q each was sampled from
     p      = warp(target(uncached ids + draft))        ONE target pass scores all k + 1 positions
     result = verify(p, q, draft)                       accept min(1, p/q), resample, or take the bonus
-    ids   += result.tokens                             1 .. k + 1 new tokens, cut at a stop (an eos id, a stop
-                                                       string) or the budget
-    target cache cropped to len(ids) - 1               rejected guesses are forgotten
+    ids   += result.tokens                             1 .. k + 1 new tokens, cut at a stop or the budget
+    roll back                                          both models forget the rejected guesses
+    record                                             the events, the statistics, the policy's measurements
 
 The target's cache always holds every committed token but the last one, which is fed with the next guesses; the
-very first pass therefore also prefills the prompt. Plain decoding is the k = 0 case of the same loop.
+very first pass therefore also prefills the prompt. Plain decoding is the k = 0 case of the same step. A request's
+whole state travels in a `Request` (`teachspec/request.py`); `generate` builds one and steps it until it is done,
+inside `running`, which holds the request's lease on the radix cache and stores its tokens at the end.
 """
 
 from __future__ import annotations
 
 import time
-from contextlib import nullcontext
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 
 import torch
 
@@ -27,14 +29,16 @@ from teachspec.checks import check_context, check_int, check_prompt, check_seed
 from teachspec.decode import Generation
 from teachspec.device import synchronize
 from teachspec.events import Accept, Bonus, Draft, EventLog, Finish, Prefill, Reject, RequestStart, Resample, \
-    Score, Verify
+    TreeDraft, Verify
 from teachspec.models.pair import Pair, load_pair
 from teachspec.radix.prefix import PrefixCache
+from teachspec.request import Request
 from teachspec.sampling import SamplingParams, warp
-from teachspec.speculative.drafters import AdversarialDrafter, ModelDrafter, NgramDrafter, OracleDrafter, Proposal
+from teachspec.speculative.drafters import AdversarialDrafter, Drafter, ModelDrafter, NgramDrafter, OracleDrafter, \
+    Proposal, TreeProposal
 from teachspec.speculative.policies import Adaptive, make_policy
+from teachspec.speculative.tree import TokenTree, TreeVerdict, verify_tree
 from teachspec.speculative.verify import Verdict, at, verify
-from teachspec.stats import Stats
 from teachspec.stopping import StopRule, stop_strings
 
 DRAFTERS = ("model", "ngram", "oracle", "adversary", None)
@@ -48,19 +52,18 @@ def top(probs: torch.Tensor, n: int) -> list[list] | None:
     return [[i, round(v, 6)] for i, v in zip(ids.tolist(), values.tolist())]
 
 
-@dataclass
-class Scored:
-    """What the target thinks of one continuation of a prompt (see `Engine.score`)."""
-
-    tokens: list[int]      # the continuation's ids
-    logprobs: list[float]  # log p(tokens[i] | prompt + tokens[:i]), one per token
-    stats: Stats           # prompt_tokens: prompt + tokens[:-1], what the target must see; cached_tokens: of the
-                           # prompt, what this continuation did not compute (the radix cache, or an earlier one)
-
-    @property
-    def logprob(self) -> float:
-        """log p(continuation | prompt): the sum over its tokens, what `select` ranks choices by."""
-        return sum(self.logprobs)
+def check_tree(tree, speculate) -> tuple[int, ...] | None:
+    """`tree=`: None (a chain), or the most children a node may have at each depth, e.g. (3, 2, 2, 1)."""
+    if tree is None:
+        return None
+    if (not isinstance(tree, (tuple, list)) or not 1 <= len(tree) <= 16
+            or not all(isinstance(b, int) and not isinstance(b, bool) and 1 <= b <= 16 for b in tree)):
+        raise ValueError(f"tree must be None or a tuple of 1 to 16 branching factors, each an int in [1, 16], got "
+                         f"{tree!r}")
+    if speculate != "ngram":
+        raise ValueError(f"tree={tuple(tree)} drafts a tree by prompt lookup, several matches as several branches; "
+                         f"use speculate='ngram' with it (got speculate={speculate!r})")
+    return tuple(tree)
 
 
 class Engine:
@@ -83,47 +86,215 @@ class Engine:
         cache_tokens = check_int("cache_tokens", cache_tokens, 0)
         self.pair = load_pair(pair) if isinstance(pair, str) else pair
         self.events = events if events is not None else EventLog()
+        if self.events.pair is None:
+            self.events.pair = self.pair.name  # so a saved trace says which tokenizer replays it
         self.prefix = PrefixCache(self.pair, cache_tokens, self.events, cache_policy) if cache_tokens else None
         self.requests = 0
         self.adaptive: dict[tuple, Adaptive] = {}  # one per drafter and sampling setting
 
-    @property
-    def tree(self):
-        """The radix tree of cached prefixes, or None when the cache is off."""
-        return self.prefix.tree if self.prefix is not None else None
+    # -- one step ------------------------------------------------------------------------------------------------
 
-    # -- the public call -----------------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def step(self, r: Request) -> None:
+        """One speculation step for request `r`: guess, one target pass, verify, keep what was accepted, roll
+        both models back, record. With `tree=`, the guesses form a tree (`tree_step`)."""
+        if r.tree is not None:
+            return self.tree_step(r)
+        proposal = self._guess(r, r.next_k())
+        p, target_s, uncached = self._target_pass(r, proposal)  # (k + 1, V)
+        guesses = torch.tensor(proposal.tokens, dtype=torch.long, device=self.pair.device)  # (k,)
+        verdict = verify(p, proposal.q, guesses, r.generator, check=False)  # warp made p and q
+        emitted = r.commit(verdict.tokens)  # cut at a stop or the budget
+        self._roll_back(r)
+        self._record(r, verdict, emitted, p, proposal)
+        r.stats.add_step(len(proposal.tokens), verdict.accepted, len(emitted), target_s, proposal.passes,
+                         proposal.seconds)
+        r.policy.update(len(proposal.tokens), verdict.accepted, proposal.seconds, target_s if uncached == 1 else None)
+        if r.steps == 0:
+            r.stats.mark_first_step(len(r.new), time.perf_counter() - r.started)
+        r.steps += 1
+
+    @torch.inference_mode()
+    def tree_step(self, r: Request) -> None:
+        """One step with a tree of guesses (SpecInfer; Medusa): propose a tree, ONE target pass over every node
+        (each sees only its ancestors: `kv.tree_mask`), the multi-draft rule down the tree (`verify_tree`), keep
+        the accepted path and compact the target's cache to it, record."""
+        shape = r.tree[:max(0, r.max_new_tokens - len(r.new) - 1)]  # no deeper than the budget can use
+        t0 = time.perf_counter()
+        proposal = r.drafter.propose_tree(r.ids, shape) if shape else \
+            TreeProposal(TokenTree((-1,), (r.ids[-1],)), None, 0, time.perf_counter() - t0)
+        tree, n_before = proposal.tree, len(r.ids)
+        if len(tree.tokens) > 1:
+            self.events.emit(TreeDraft, r.id, step=r.steps, position=n_before - 1, parents=list(tree.parents),
+                             tokens=list(tree.tokens), drafter=r.drafter.name, ms=1e3 * proposal.seconds)
+        p, target_s = self._tree_pass(r, tree)  # (nodes, V)
+        verdict = verify_tree(p, proposal.q, tree, r.generator, check=False)  # warp made p one-hot when greedy
+        emitted = r.commit(verdict.tokens)
+        # the committed rows, then the accepted nodes' rows (node i was laid at row n_before - 1 + i), then cut
+        kv.keep(r.cache, list(range(n_before)) + [n_before - 1 + i for i in verdict.path[:len(emitted)]])
+        kv.crop_to(r.cache, len(r.ids) - 1)
+        self._record_tree(r, verdict, emitted, p, n_before - 1)
+        r.stats.add_step(max(tree.depth), verdict.accepted, len(emitted), target_s, proposal.passes,
+                         proposal.seconds)
+        if r.steps == 0:
+            r.stats.mark_first_step(len(r.new), time.perf_counter() - r.started)
+        r.steps += 1
+
+    def _tree_pass(self, r: Request, tree: TokenTree) -> tuple[torch.Tensor, float]:
+        t0, held = time.perf_counter(), kv.length(r.cache)
+        logits = kv.forward_tree(self.pair.target, r.ids, tree.parents, tree.tokens, r.cache, self.pair.vocab_size)
+        p = warp(logits, r.params)  # (nodes, V): p[i], what follows node i
+        synchronize(p.device)
+        target_s = time.perf_counter() - t0
+        if r.steps == 0:
+            self.events.emit(Prefill, r.id, cached=r.stats.cached_tokens, computed=len(r.ids) - held,
+                             ms=1e3 * target_s)
+        self.events.emit(Verify, r.id, step=r.steps, position=len(r.ids), n=len(tree.tokens), ms=1e3 * target_s)
+        return p, target_s
+
+    def _record_tree(self, r: Request, verdict: TreeVerdict, emitted: list[int], p: torch.Tensor, root: int) -> None:
+        """Each child tried, an Accept or a Reject at its depth; then the resampled or bonus token."""
+        kept = len(emitted)
+        for v in verdict.nodes:
+            if v.depth > kept:
+                break  # past a stop or the budget
+            log_kind = Accept if v.decision == "accept" else Reject
+            self.events.emit(log_kind, r.id, step=r.steps, position=root + v.depth, i=v.node, token=v.token, p=v.p,
+                             q=v.q, u=v.u if v.u is not None else 0.0)
+        if kept == len(verdict.tokens):
+            x, at_node = verdict.tokens[-1], (verdict.path[-1] if verdict.path else 0)
+            kind = Bonus if verdict.bonus is not None else Resample
+            extra = {} if kind is Bonus else dict(i=at_node, q=0.0, top_residual=None)
+            self.events.emit(kind, r.id, step=r.steps, position=root + len(verdict.path) + 1, token=x,
+                             p=float(p[at_node, x]), **extra)
+
+    def _guess(self, r: Request, k: int) -> Proposal:
+        """The drafter's k guesses (none for plain decoding), announced by a Draft event."""
+        if k == 0:
+            return Proposal([], None, 0, 0.0)
+        proposal = r.drafter.propose(r.ids, k, r.params, r.generator, r.policy.stop_below)
+        if proposal.tokens:
+            guesses = torch.tensor(proposal.tokens, dtype=torch.long, device=self.pair.device)
+            q = [1.0] * len(guesses) if proposal.q is None else at(proposal.q, guesses).tolist()
+            self.events.emit(Draft, r.id, step=r.steps, position=len(r.ids), tokens=proposal.tokens, q=q,
+                             drafter=r.drafter.name, ms=1e3 * proposal.seconds)
+        return proposal
+
+    def _target_pass(self, r: Request, proposal: Proposal) -> tuple[torch.Tensor, float, int]:
+        """ONE target pass over the uncached committed tokens and every guess: p at each of the k + 1 positions,
+        the pass's seconds, and how many committed tokens it computed (the whole prompt on the first step)."""
+        t0 = time.perf_counter()
+        held = kv.length(r.cache)
+        logits = kv.forward(self.pair.target, r.ids[held:] + proposal.tokens, r.cache, len(proposal.tokens) + 1,
+                            self.pair.vocab_size)  # (k + 1, V)
+        p = warp(logits, r.params)
+        synchronize(p.device)
+        target_s = time.perf_counter() - t0
+        if r.steps == 0:
+            self.events.emit(Prefill, r.id, cached=r.stats.cached_tokens, computed=len(r.ids) - held,
+                             ms=1e3 * target_s)
+        self.events.emit(Verify, r.id, step=r.steps, position=len(r.ids), n=len(proposal.tokens) + 1,
+                         ms=1e3 * target_s)
+        return p, target_s, len(r.ids) - held
+
+    def _roll_back(self, r: Request) -> None:
+        """Both models forget every guess that was not committed: the target's cache is cut back to the committed
+        tokens but the last (fed with the next guesses); the draft model's to the longest prefix it shares with
+        them (its accepted guesses stay). Prompt lookup has no cache to cut."""
+        kv.crop_to(r.cache, len(r.ids) - 1)
+        if r.drafter is not None:
+            r.drafter.roll_back(r.ids)
+
+    def _record(self, r: Request, verdict: Verdict, emitted: list[int], p: torch.Tensor, proposal: Proposal) -> None:
+        """One event per judged position, then the resampled or bonus token; nothing past the stop/budget cut."""
+        log, n_top, q, k = self.events, self.record_top, proposal.q, len(proposal.tokens)
+        position = len(r.ids) - len(emitted)  # of the step's first token
+        for v in verdict.positions[:len(emitted)]:
+            at_v = dict(step=r.steps, position=position + v.i, i=v.i)
+            # the alternatives only when they are recorded: even indexing a row is a tensor operation per position
+            top_p = top(p[v.i], n_top) if n_top else None
+            top_q = (top(q[v.i], n_top) if q is not None else [[v.token, 1.0]]) if n_top else None
+            log.emit(Accept if v.decision == "accept" else Reject, r.id, **at_v, token=v.token, p=v.p, q=v.q, u=v.u,
+                     top_p=top_p, top_q=top_q)
+            if v.decision != "accept":
+                x = v.resampled
+                log.emit(Resample, r.id, **at_v, token=x, p=float(p[v.i, x]),
+                         q=float(q[v.i, x]) if q is not None else float(x == v.token),
+                         top_residual=top(v.residual, n_top))
+        if verdict.bonus is not None and len(emitted) == k + 1:
+            log.emit(Bonus, r.id, step=r.steps, position=position + k, token=verdict.bonus,
+                     p=float(p[k, verdict.bonus]), top_p=top(p[k], n_top) if n_top else None)
+
+    # -- a request's life ----------------------------------------------------------------------------------------
+
+    @contextmanager
+    def running(self, r: Request) -> Iterator[Request]:
+        """Around a request's steps: its RequestStart, its lease on the cached prefix (the target's cache, and the
+        draft model's, built from it), then, on the normal way out, its committed tokens stored in the tree and
+        its Finish. The lease is given back on every way out (an error, a raising subscriber, an interrupt)."""
+        self.events.emit(RequestStart, r.id, prompt_tokens=len(r.prompt), prompt=list(r.prompt))
+        r.started = time.perf_counter()
+        with self.prefix.lease(r.id, r.ids) if self.prefix is not None else nullcontext() as lease:
+            r.lease, r.cache = lease, lease.target if lease else kv.new_cache(self.pair.target)
+            r.stats.cached_tokens = lease.cached if lease else 0
+            if r.drafter is not None:  # the draft model resumes from the leased prefix's draft KV when it has one
+                own = lease is not None and lease.draft is not None and self._own_draft(r)
+                r.drafter.reset(*((lease.draft, r.ids[:lease.cached]) if own else ()))
+            r.stats.cache_s = time.perf_counter() - r.started
+            yield r
+            self._store(r)
+        r.stats.new_tokens, r.stats.wall_s = len(r.new), time.perf_counter() - r.started
+        self.events.emit(Finish, r.id, new_tokens=len(r.new), reason=r.reason or "score", ms=1e3 * r.stats.wall_s)
+
+    def _own_draft(self, r: Request) -> bool:
+        return isinstance(r.drafter, ModelDrafter) and r.drafter.model is self.pair.draft
+
+    def _store(self, r: Request) -> None:
+        """Insert the tokens whose KV the target's cache holds into the radix tree, with the draft's KV too (it may
+        lag the target's by the last accepted tokens, which `fill` computes)."""
+        if r.lease is None:
+            return
+        t0 = time.perf_counter()
+        held = r.ids[:kv.length(r.cache)]
+        draft_cache = None
+        if self._own_draft(r):
+            r.drafter.fill(held)
+            draft_cache = r.drafter.cache
+        self.prefix.finish(r.id, r.lease, held, r.cache, draft_cache)
+        r.stats.cache_s += time.perf_counter() - t0
+
+    # -- the public calls ----------------------------------------------------------------------------------------
 
     def generate(self, prompt: str | list[int], max_new_tokens: int = 64, temperature: float = 0.0,
                  top_k: int | None = None, top_p: float | None = None, speculate: str | None = "model", k=2,
-                 seed: int | None = None, ngram: int = 3, stop: str | list[str] | None = None) -> Generation:
+                 seed: int | None = None, ngram: int = 3, stop: str | list[str] | None = None,
+                 tree: tuple[int, ...] | None = None) -> Generation:
         """Continue `prompt`: text (encoded with the tokenizer's special tokens, as transformers' `generate` would
         see it), or token ids (a list or a 1-D tensor). `speculate`: "model" (the draft LM), "ngram" (prompt
         lookup), "oracle" (the target drafts for itself), "adversary" (deliberately bad guesses) or None (plain
         decoding). `k`: an int >= 0, or "adaptive", "heuristic", "confidence", or a policy object. Generation
         stops after an eos id of the pair (`pair.eos_token_id`: one id or a list) or a token that completes a
-        `stop` string, as transformers' `generate(..., stop_strings=...)` does. Every argument is checked before
-        anything runs."""
+        `stop` string, as transformers' `generate(..., stop_strings=...)` does. `tree`: guess a tree instead of a
+        chain, at most tree[d] children per node at depth d (prompt lookup: several matches become several
+        branches), checked in one target pass. Every argument is checked before anything runs."""
         params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p)
         max_new_tokens = check_int("max_new_tokens", max_new_tokens, 0)
         rule = StopRule(self.pair.eos, stop_strings(stop), self.pair.decode)
-        drafter = self._drafter(speculate, ngram)
+        drafter = self.drafter(speculate, ngram)
+        tree = check_tree(tree, speculate)
         if k == "adaptive" and drafter is not None:
             # what the adaptive policy has learnt about alpha and the costs carries over between requests
             policy = self.adaptive.setdefault((speculate, params), Adaptive())
         else:
             policy = make_policy(k if drafter is not None else 0)
-        ids = check_prompt(prompt, self.pair.encode)
-        bad = [t for t in ids if t >= self.pair.vocab_size]
-        if bad:
-            raise ValueError(f"prompt holds token id {bad[0]}, outside the vocabulary [0, {self.pair.vocab_size})")
-        check_context(len(ids), max_new_tokens, self.pair.context)
+        ids = self.checked_prompt(prompt, max_new_tokens)
         generator = torch.Generator(device=self.pair.device)
         generator.manual_seed(check_seed(seed))
-        request = self.requests
-        self.requests += 1
-        tokens, reason, stats = self._run(request, ids, max_new_tokens, params, drafter, policy, generator, rule)
-        return Generation(self.pair.decode(tokens), tokens, ids, reason, stats)
+        r = Request(self.next_id(), ids, max_new_tokens, params, rule, drafter, policy, generator, tree=tree)
+        with self.running(r):
+            while not r.done:
+                self.step(r)
+        return Generation(self.pair.decode(r.new), r.new, r.prompt, r.reason, r.stats)
 
     def serve(self, requests: list, schedule: str = "fcfs", **generate) -> list[Generation]:
         """Run a queue of requests one after another, in a cache-aware order, and return their generations in
@@ -160,89 +331,36 @@ class Engine:
             results[i] = self.generate(prompts[i], budgets[i], **generate)
         return results
 
-    def score(self, prompt: str | list[int], continuations: list) -> list[Scored]:
-        """The target's log-probability of each continuation after `prompt`:
+    def score(self, prompt: str | list[int], continuations: list):
+        """The target's log-probability of each continuation after `prompt` (see `teachspec.program.score`, where
+        the program language's `select` uses it)."""
+        from teachspec.program.score import score  # the program layer's job, offered here for convenience
 
-            log p(c | prompt) = sum_i log p(c_i | prompt, c_0 .. c_{i-1})
+        return score(self, prompt, continuations)
 
-        from the raw logits (temperature 1, no top-k or top-p): a score belongs to the model, not to a sampling
-        setting. A continuation given as text is encoded *on its own* and its ids appended to the prompt's, the
-        way a program appends text to its state; so the ids scored are ids(prompt) + ids(choice), which can differ
-        from ids(prompt text + choice text) where a tokenizer would merge across the seam.
+    # -- what the public calls share -----------------------------------------------------------------------------
 
-        The scoring is one request. With the radix cache it leases the prompt's longest cached prefix, computes
-        the rest of the prompt once, then runs each continuation's tokens but the last on top of it (the last
-        token is only read off the logits) and cuts the cache back to the prompt; the prompt is then stored, with
-        the draft's KV too, so the call that follows reuses all of it. With the cache off nothing is kept:
-        every continuation computes the whole prompt again, as separate requests would.
-        """
-        ids = check_prompt(prompt, self.pair.encode)
-        if not isinstance(continuations, (list, tuple)) or not continuations:
-            raise ValueError(f"continuations must be a non-empty list of texts or token-id lists, got "
-                             f"{continuations!r}")
-        tails = []
-        for i, c in enumerate(continuations):
-            if isinstance(c, str):
-                tail = self.pair.encode(c, special=False)  # appended to the prompt: no second BOS
-            elif isinstance(c, (list, tuple)):
-                tail = [check_int(f"continuations[{i}][{j}]", t, 0) for j, t in enumerate(c)]
-            else:
-                raise TypeError(f"continuations[{i}] must be text or a list of token ids, got {type(c).__name__}")
-            if not tail:
-                raise ValueError(f"continuations[{i}] is {c!r}, which holds no token: there is nothing to score")
-            tails.append(tail)
-        for name, seq in [("prompt", ids)] + [(f"continuations[{i}]", t) for i, t in enumerate(tails)]:
-            bad = [t for t in seq if t >= self.pair.vocab_size]
-            if bad:
-                raise ValueError(f"{name} holds token id {bad[0]}, outside the vocabulary [0, "
-                                 f"{self.pair.vocab_size})")
-        check_context(len(ids) + max(map(len, tails)), 0, self.pair.context)
-        request = self.requests
+    @property
+    def tree(self):
+        """The radix tree of cached prefixes, or None when the cache is off."""
+        return self.prefix.tree if self.prefix is not None else None
+
+    def next_id(self) -> int:
+        """A new request's id in the event log."""
         self.requests += 1
-        return self._score(request, ids, tails)
+        return self.requests - 1
 
-    @torch.inference_mode()
-    def _score(self, request: int, prompt: list[int], tails: list[list[int]]) -> list[Scored]:
-        log, target, V, P = self.events, self.pair.target, self.pair.vocab_size, len(prompt)
-        log.emit(RequestStart, request, prompt_tokens=P, prompt=list(prompt))
-        t_start = time.perf_counter()
-        with self.prefix.lease(request, prompt) if self.prefix is not None else nullcontext() as lease:
-            cache, scored = (lease.target if lease else None), []
-            for tail in tails:
-                t0 = time.perf_counter()
-                stats, computed = Stats(prompt_tokens=P + len(tail) - 1), 0
-                if lease is None:  # no cache: this continuation computes the prompt like any request
-                    cache = kv.new_cache(target)
-                if kv.length(cache) < P:  # the prompt's last position gives p(first token), the same for all
-                    computed = P - kv.length(cache)
-                    first = kv.forward(target, prompt[-computed:], cache, 1, V)  # (1, V)
-                    synchronize(first.device)
-                    log.emit(Prefill, request, cached=P - computed, computed=computed,
-                             ms=1e3 * (time.perf_counter() - t0))
-                    stats.target_passes += 1
-                stats.cached_tokens = P - computed  # the continuation's own tokens are never in the cache
-                logits = first
-                if len(tail) > 1:  # the continuation's own tokens, on top of the prompt, then cut away again
-                    logits = torch.cat([first, kv.forward(target, tail[:-1], cache, len(tail) - 1, V)])
-                    kv.crop_to(cache, P)
-                    stats.target_passes += 1
-                rows = torch.arange(len(tail), device=logits.device)
-                logprobs = torch.log_softmax(logits, dim=-1)[rows, torch.tensor(tail, device=logits.device)]
-                stats.wall_s = stats.target_s = time.perf_counter() - t0
-                scored.append(Scored(list(tail), [float(x) for x in logprobs], stats))
-                log.emit(Score, request, position=P, tokens=list(tail), logprobs=scored[-1].logprobs)
-            if lease is not None:
-                draft_cache = None
-                if self.pair.draft is not None:  # so a speculative call next reuses the draft
-                    drafter = ModelDrafter(self.pair.draft, V)
-                    drafter.reset(*((lease.draft, prompt[:lease.cached]) if lease.draft is not None else ()))
-                    drafter.fill(prompt)
-                    draft_cache = drafter.cache
-                self.prefix.finish(request, lease, prompt, cache, draft_cache)
-        log.emit(Finish, request, new_tokens=0, reason="score", ms=1e3 * (time.perf_counter() - t_start))
-        return scored
+    def checked_prompt(self, prompt, max_new_tokens: int) -> list[int]:
+        """The prompt's ids, checked against the vocabulary and the models' context."""
+        ids = check_prompt(prompt, self.pair.encode)
+        bad = [t for t in ids if t >= self.pair.vocab_size]
+        if bad:
+            raise ValueError(f"prompt holds token id {bad[0]}, outside the vocabulary [0, {self.pair.vocab_size})")
+        check_context(len(ids), max_new_tokens, self.pair.context)
+        return ids
 
-    def _drafter(self, speculate, ngram):
+    def drafter(self, speculate, ngram: int = 3) -> Drafter | None:
+        """A fresh drafter for `speculate` (None: plain decoding), or a ValueError naming the choices."""
         if speculate not in DRAFTERS:
             raise ValueError(f"speculate={speculate!r} is not a drafter; use one of {list(DRAFTERS)}")
         if speculate in ("model", "adversary") and self.pair.draft is None:
@@ -257,125 +375,3 @@ class Engine:
         if speculate == "oracle":
             return OracleDrafter(self.pair.target, self.pair.vocab_size)
         return None
-
-    # -- the loop ------------------------------------------------------------------------------------------------
-
-    @torch.inference_mode()
-    def _run(self, request: int, prompt: list[int], max_new_tokens: int, params: SamplingParams, drafter, policy,
-             generator, rule: StopRule) -> tuple[list[int], str, Stats]:
-        log = self.events
-        ids = list(prompt)
-        stats = Stats(prompt_tokens=len(prompt))
-        log.emit(RequestStart, request, prompt_tokens=len(prompt), prompt=list(prompt))
-        t_start = time.perf_counter()
-        # the lease gives the prefix's lock back on every way out, a raising subscriber or an interrupt included
-        with self.prefix.lease(request, ids) if self.prefix is not None else nullcontext() as lease:
-            stats.cache_s = time.perf_counter() - t_start
-            cache = lease.target if lease else kv.new_cache(self.pair.target)
-            stats.cached_tokens = lease.cached if lease else 0
-            own_draft = isinstance(drafter, ModelDrafter) and drafter.model is self.pair.draft
-            if drafter is not None:
-                if own_draft and lease is not None and lease.draft is not None:
-                    drafter.reset(lease.draft, ids[:lease.cached])
-                else:
-                    drafter.reset()
-            new, reason = self._loop(request, ids, max_new_tokens, params, drafter, policy, generator, rule,
-                                     cache, stats, t_start)
-            if lease is not None:
-                t0 = time.perf_counter()
-                committed = prompt + new
-                draft_cache = None
-                if own_draft:  # the draft's KV is stored too; it may lag the target's by the last accepted tokens
-                    drafter.fill(committed[:-1])
-                    draft_cache = drafter.cache
-                self.prefix.finish(request, lease, committed[:-1], cache, draft_cache)
-                stats.cache_s += time.perf_counter() - t0
-        stats.new_tokens = len(new)
-        stats.wall_s = time.perf_counter() - t_start
-        log.emit(Finish, request, new_tokens=len(new), reason=reason, ms=1e3 * stats.wall_s)
-        return new, reason, stats
-
-    def _loop(self, request: int, ids: list[int], max_new_tokens: int, params: SamplingParams, drafter, policy,
-              generator, rule: StopRule, cache, stats: Stats, t_start: float) -> tuple[list[int], str]:
-        target, V, log = self.pair.target, self.pair.vocab_size, self.events
-        new, reason, step = [], "length", 0
-        while len(new) < max_new_tokens:
-            # guess: never more than the budget can use (the step's own token always comes on top)
-            k = min(policy.next_k(), max_new_tokens - len(new) - 1)
-            proposal = drafter.propose(ids, k, params, generator, policy.stop_below) if k > 0 else \
-                Proposal([], None, 0, 0.0)
-            draft = proposal.tokens
-            guesses = torch.tensor(draft, dtype=torch.long, device=self.pair.device)  # (k,)
-            if draft:
-                log.emit(Draft, request, step=step, position=len(ids), tokens=draft,
-                         q=[1.0] * len(draft) if proposal.q is None else at(proposal.q, guesses).tolist(),
-                         drafter=drafter.name, ms=1e3 * proposal.seconds)
-
-            # verify: one target pass over the uncached committed tokens and every guess
-            t0 = time.perf_counter()
-            uncached = len(ids) - kv.length(cache)
-            logits = kv.forward(target, ids[kv.length(cache):] + draft, cache, len(draft) + 1, V)  # (k+1, V)
-            p = warp(logits, params)
-            synchronize(p.device)
-            target_s = time.perf_counter() - t0
-            if step == 0:
-                log.emit(Prefill, request, cached=stats.cached_tokens, computed=uncached, ms=1e3 * target_s)
-            log.emit(Verify, request, step=step, position=len(ids), n=len(draft) + 1, ms=1e3 * target_s)
-            verdict = verify(p, proposal.q, guesses, generator, check=False)  # warp made p and q
-
-            # commit, cut at a stop or at the budget: a prefix of an exact sample is still exact, and the guesses
-            # after the cut leave the caches below exactly as rejected ones do
-            emitted = verdict.tokens[:max_new_tokens - len(new)]
-            n, why = rule.check(ids, emitted)
-            if why is not None:
-                emitted, reason = emitted[:n], why
-            self._record(request, step, len(ids), verdict, len(emitted), p, proposal, draft)
-            ids += emitted
-            new += emitted
-            kv.crop_to(cache, len(ids) - 1)  # rejected guesses (and the new last token) leave the cache
-
-            accepted = min(verdict.accepted, len(emitted))
-            stats.target_passes += 1
-            stats.target_s += target_s
-            stats.draft_passes += proposal.passes
-            stats.draft_s += proposal.seconds
-            if draft:
-                stats.drafts += 1
-                stats.drafted += len(draft)
-                stats.accepted += accepted
-                stats.rejected += verdict.accepted < len(draft) and len(emitted) > verdict.accepted
-                while len(stats.drafted_per_position) < len(draft):
-                    stats.drafted_per_position.append(0)
-                    stats.accepted_per_position.append(0)
-                for i in range(len(draft)):
-                    stats.drafted_per_position[i] += 1
-                    stats.accepted_per_position[i] += i < accepted
-            policy.update(len(draft), verdict.accepted, proposal.seconds, target_s if uncached == 1 else None)
-            if step == 0:
-                stats.mark_first_step(len(new), time.perf_counter() - t_start)
-            step += 1
-            if reason != "length":
-                break
-        return new, reason
-
-    def _record(self, request: int, step: int, position: int, verdict: Verdict, n_emitted: int, p: torch.Tensor,
-                proposal: Proposal, draft: list[int]) -> None:
-        """One event per judged position, then the resampled or bonus token; nothing past the EOS/budget cut."""
-        log, n_top, q = self.events, self.record_top, proposal.q
-        for r in verdict.positions[:n_emitted]:
-            # the alternatives only when they are recorded: even indexing a row is a tensor operation per position
-            top_p = top(p[r.i], n_top) if n_top else None
-            top_q = (top(q[r.i], n_top) if q is not None else [[r.token, 1.0]]) if n_top else None
-            if r.decision == "accept":
-                log.emit(Accept, request, step=step, position=position + r.i, i=r.i, token=r.token, p=r.p, q=r.q,
-                         u=r.u, top_p=top_p, top_q=top_q)
-            else:
-                log.emit(Reject, request, step=step, position=position + r.i, i=r.i, token=r.token, p=r.p, q=r.q,
-                         u=r.u, top_p=top_p, top_q=top_q)
-                x = r.resampled
-                log.emit(Resample, request, step=step, position=position + r.i, i=r.i, token=x,
-                         p=float(p[r.i, x]), q=float(q[r.i, x]) if q is not None else float(x == r.token),
-                         top_residual=top(r.residual, n_top))
-        if verdict.bonus is not None and n_emitted == len(draft) + 1:
-            log.emit(Bonus, request, step=step, position=position + len(draft), token=verdict.bonus,
-                     p=float(p[len(draft), verdict.bonus]), top_p=top(p[len(draft)], n_top) if n_top else None)

@@ -26,7 +26,15 @@ Speculation (one *step* = one draft of k tokens followed by one target pass over
     Reject    step, position, i, token, p, q, u, top_p, top_q
     Resample  step, position, i, token (drawn from norm(max(0, p - q))), p, q (of the new token), top_residual
     Bonus     step, position, token (drawn from p at position k + 1 when all k were accepted), p, top_p
-    Plain     step, position, token, p, ms: one ordinary decoding step (no speculation, k = 0)
+
+    TreeDraft step, position (of the root, the last committed token), parents (each node's parent, -1 for the
+              root), tokens (each node's token, the root's first), drafter, ms: a tree of guesses (`tree=`),
+              checked in one target pass (a Verify with n = the node count); each child tried is then an Accept or
+              Reject whose `i` is its node and whose position is the root's plus its depth, and the step ends with
+              a Resample (every child of the last node rejected) or a Bonus (a leaf reached)
+
+    Plain decoding is the k = 0 step: a Verify over n = 1 position and a Bonus, from `teachspec.decode` and from
+    the engine alike (version 1 traces had a Plain event instead; `load` reads each as those two).
 
     `top_*` fields are optional lists of [token, probability] pairs, the few most likely alternatives, recorded
     only when the engine is asked for them (they cost a top-k per position). Accept/Reject/Resample/Bonus follow
@@ -53,7 +61,8 @@ then its exception propagates out of `emit`, so the request that emitted it fail
 radix/prefix.py) while later requests run without it. A KeyboardInterrupt inside a subscriber is the user
 stopping the program, not the subscriber's fault: it propagates at once and the subscriber stays.
 
-The file format is JSON Lines: a header line `{"format": "teachspec-trace", "version": 1}`, then one object per
+The file format is JSON Lines: a header line `{"format": "teachspec-trace", "version": 2, "pair": "tiny"}` (the
+pair that made the events, when known: a replay finds its tokenizer from it), then one object per
 event with its `kind`. `EventLog.load` checks the whole file before it returns anything: a line that is not JSON,
 not an object, of an unknown kind, missing a field or holding a value of the wrong type (the type is the one the
 event's dataclass annotates), and a file that is empty, binary or from a newer version, each raise a TraceError
@@ -72,7 +81,7 @@ from pathlib import Path
 from typing import Any, Callable, ClassVar, Iterator
 
 FORMAT = "teachspec-trace"
-VERSION = 1
+VERSION = 2  # 2: plain decoding as Verify + Bonus; version 1's Plain events are read as those
 
 Top = list[tuple[int, float]]  # [[token, probability], ...], the few most likely alternatives
 
@@ -135,6 +144,17 @@ class Draft(Event):
 
 
 @dataclass(slots=True)
+class TreeDraft(Event):
+    kind: ClassVar[str] = "tree_draft"
+    step: int
+    position: int
+    parents: list[int]
+    tokens: list[int]
+    drafter: str
+    ms: float
+
+
+@dataclass(slots=True)
 class Verify(Event):
     kind: ClassVar[str] = "verify"
     step: int
@@ -187,16 +207,6 @@ class Bonus(Event):
     token: int
     p: float
     top_p: Top | None = None
-
-
-@dataclass(slots=True)
-class Plain(Event):
-    kind: ClassVar[str] = "plain"
-    step: int
-    position: int
-    token: int
-    p: float
-    ms: float
 
 
 # -- radix cache -------------------------------------------------------------------------------------------------
@@ -278,7 +288,7 @@ class ProgramSpan(Event):
 
 
 KINDS: dict[str, type[Event]] = {c.kind: c for c in (
-    RequestStart, Prefill, Finish, Score, Draft, Verify, Accept, Reject, Resample, Bonus, Plain,
+    RequestStart, Prefill, Finish, Score, Draft, TreeDraft, Verify, Accept, Reject, Resample, Bonus,
     Match, Insert, Split, Evict, Lock, Unlock, ProgramStep, ProgramSpan)}
 
 
@@ -292,8 +302,9 @@ class EventLog:
     synchronously with each event; a live view that must not slow the engine buffers and throttles itself.
     """
 
-    def __init__(self, events: list[Event] | None = None):
+    def __init__(self, events: list[Event] | None = None, pair: str | None = None):
         self.events: list[Event] = list(events or [])
+        self.pair = pair  # the name of the pair that made these events (the engine sets it): a replay's tokenizer
         self.t0 = time.perf_counter()
         self._subscribers: list[Callable[[Event], None]] = []
 
@@ -364,7 +375,8 @@ class EventLog:
     def save(self, path: str | Path) -> Path:
         path = Path(path)
         with path.open("w", encoding="utf-8") as f:
-            f.write(json.dumps({"format": FORMAT, "version": VERSION}) + "\n")
+            header = {"format": FORMAT, "version": VERSION, **({"pair": self.pair} if self.pair else {})}
+            f.write(json.dumps(header) + "\n")
             for d in self.to_dicts():
                 f.write(json.dumps(d, separators=(",", ":")) + "\n")
         return path
@@ -403,8 +415,15 @@ class EventLog:
         if version > VERSION:
             raise TraceError(f"{path}, line 1: this is a version {version} trace; this teachspec reads versions up "
                              f"to {VERSION}: upgrade teachspec to replay it")
-        return cls([_event(_parse(line, f"{path}, line {n}"), f"{path}, line {n}")
-                    for n, line in enumerate(lines[1:], start=2) if line.strip()])
+        pair = header.get("pair")
+        if pair is not None and not isinstance(pair, str):
+            raise TraceError(f"{path}, line 1: the header's pair must be the name of a pair (a string), got "
+                             f"{_short(pair)}")
+        rows = [(_parse(line, f"{path}, line {n}"), f"{path}, line {n}") for n, line in enumerate(lines[1:], start=2)
+                if line.strip()]
+        if version == 1:
+            rows = [(new, where) for row, where in rows for new in _from_version_1(row)]
+        return cls([_event(row, where) for row, where in rows], pair=pair)
 
 
 # -- checking a trace as it is read --------------------------------------------------------------------------------
@@ -424,6 +443,17 @@ def _parse(line: str, where: str) -> Any:
     except json.JSONDecodeError as error:
         raise TraceError(f"{where}: not JSON ({error.msg} at column {error.colno}); the file may be truncated or "
                          f"corrupted") from None
+
+
+def _from_version_1(row: Any) -> list:
+    """A version 1 line as version 2 lines: a Plain event (one decoding step) becomes the Verify of its target pass
+    and the Bonus of its token; every other line is unchanged."""
+    if not isinstance(row, dict) or row.get("kind") != "plain":
+        return [row]
+    common = {k: row[k] for k in ("t", "request", "step", "position") if k in row}
+    verify = {"kind": "verify", **common, "n": 1, **({"ms": row["ms"]} if "ms" in row else {})}
+    bonus = {"kind": "bonus", **common, **{k: row[k] for k in ("token", "p") if k in row}}
+    return [verify, bonus]
 
 
 def _event(row: Any, where: str) -> Event:

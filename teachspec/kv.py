@@ -146,3 +146,71 @@ def assemble(model: PreTrainedModel, pieces: list[KVSlice]) -> DynamicCache:
             layer.lazy_initialization(keys, values)
             layer.keys, layer.values = keys, values
     return cache
+
+
+# -- a tree of guesses in one pass --------------------------------------------------------------------------------
+
+def tree_mask(model: PreTrainedModel, n_ctx: int, held: int, parents: tuple[int, ...], positions: torch.Tensor):
+    """The attention mask that lets one pass check a whole tree of guesses (SpecInfer, Medusa): the committed tokens
+    not yet cached see the context causally, and each tree node sees the context and its own ancestors, nothing of
+    its siblings or cousins. A (1, 1, queries, keys) float mask, 0 where attention is allowed and the dtype's
+    minimum where not; for models with sliding-window layers the window is applied by position too, as a
+    {"full_attention": ..., "sliding_attention": ...} pair when only some layers slide."""
+    dev, dtype = model.device, next(model.parameters()).dtype
+    m, nodes = n_ctx - held, len(parents) - 1  # queries: the uncached committed tokens, then the nodes but the root
+    allowed = torch.zeros(m + nodes, held + m + nodes, dtype=torch.bool, device=dev)
+    allowed[:m, :n_ctx] = torch.ones(m, n_ctx, dtype=torch.bool, device=dev).tril(held)
+    allowed[m:, :n_ctx] = True
+    for i in range(1, len(parents)):
+        j = i
+        while j > 0:  # node i and its ancestors; the root is the last committed token, already visible
+            allowed[m + i - 1, n_ctx + j - 1] = True
+            j = parents[j]
+    key_positions = torch.cat([torch.arange(n_ctx, device=dev), positions[m:]])
+
+    def as_mask(a: torch.Tensor) -> torch.Tensor:
+        return torch.zeros(1, 1, *a.shape, dtype=dtype, device=dev).masked_fill(~a, torch.finfo(dtype).min)
+
+    config = model.config.get_text_config(decoder=True)
+    window, types = getattr(config, "sliding_window", None), getattr(config, "layer_types", None)
+    if not window or (types is not None and "sliding_attention" not in types):
+        return as_mask(allowed)
+    windowed = allowed & (positions[:, None] - key_positions[None, :] < window)
+    if types is None or set(types) == {"sliding_attention"}:
+        return as_mask(windowed)
+    return {"full_attention": as_mask(allowed), "sliding_attention": as_mask(windowed)}
+
+
+@torch.inference_mode()
+def forward_tree(model: PreTrainedModel, ids: list[int], parents: tuple[int, ...], tokens: tuple[int, ...],
+                 cache: DynamicCache, vocab_size: int) -> torch.Tensor:
+    """One pass over the committed tokens the cache lacks and a tree of guesses laid after them (node 0, the root,
+    is ids[-1]; node i's parent is parents[i]). Each node's position is the root's plus its depth, not its index
+    in the flattened tree. Returns the float32 logits at every node, root first: `(len(tokens), vocab_size)`.
+    The cache grows by every node; `keep` then compacts it to the accepted path."""
+    held, n_ctx = length(cache), len(ids)
+    depth = [0] * len(parents)
+    for i in range(1, len(parents)):
+        depth[i] = depth[parents[i]] + 1
+    positions = torch.tensor(list(range(held, n_ctx)) + [n_ctx - 1 + d for d in depth[1:]], device=model.device)
+    x = torch.tensor([ids[held:] + list(tokens[1:])], dtype=torch.long, device=model.device)  # (1, m + nodes)
+    mask = tree_mask(model, n_ctx, held, parents, positions)
+    out = model(input_ids=x, attention_mask=mask, position_ids=positions.view(1, -1), use_cache=True,
+                logits_to_keep=len(tokens), **{cache_keyword(type(model)): cache})
+    return out.logits[0, -len(tokens):, :vocab_size].float()
+
+
+@torch.inference_mode()
+def keep(cache: DynamicCache, rows: list[int]) -> None:
+    """Keep only the given token rows of every layer, in that order (after a tree pass: the committed tokens, then
+    the accepted path's nodes); the rows of rejected branches are gone."""
+    index = None
+    for layer in cache.layers:
+        if index is None:
+            index = torch.tensor(rows, dtype=torch.long, device=layer.keys.device)
+        keys, values = layer.keys.index_select(2, index), layer.values.index_select(2, index)
+        room = layer.room if isinstance(layer, GrowingLayer) else None
+        if room is not None and room[0].data_ptr() == layer.keys.data_ptr():  # back into its own room, in place
+            room[0][..., :len(rows), :], room[1][..., :len(rows), :] = keys, values
+            keys, values = room[0][..., :len(rows), :], room[1][..., :len(rows), :]
+        layer.keys, layer.values = keys, values

@@ -38,30 +38,30 @@ class Stats:
     cache_s: float = 0.0  # time inside the radix cache: match, lock, assemble, evict, insert (its whole overhead)
     first_step: Stats | None = None  # the counters as the first step ended (`mark_first_step`)
 
-    def add_step(self, proposal, verdict, emitted: int, target_s: float) -> None:
+    def add_step(self, k: int, accepted: int, emitted: int, target_s: float, draft_passes: int = 0,
+                 draft_s: float = 0.0) -> None:
         """Count one step: its target pass and draft passes, and, when it guessed, its judged and accepted guesses.
 
-        `proposal` is the drafter's (its tokens, passes and seconds), `verdict` verification's (how many guesses
-        it accepted), `emitted` how many tokens the step kept after a stop or the budget cut it short: a guess
-        accepted past the cut does not count, and a rejection past it was never seen."""
-        k = len(proposal.tokens)
+        `k` is how many positions it guessed (a chain's length, a tree's depth), `accepted` how many of them
+        verification accepted, `emitted` how many tokens the step kept after a stop or the budget cut it short: a
+        guess accepted past the cut does not count, and a rejection past it was never seen."""
         self.target_passes += 1
         self.target_s += target_s
-        self.draft_passes += proposal.passes
-        self.draft_s += proposal.seconds
+        self.draft_passes += draft_passes
+        self.draft_s += draft_s
         if not k:
             return
-        accepted = min(verdict.accepted, emitted)
+        kept = min(accepted, emitted)
         self.drafts += 1
         self.drafted += k
-        self.accepted += accepted
-        self.rejected += verdict.accepted < k and emitted > verdict.accepted
+        self.accepted += kept
+        self.rejected += accepted < k and emitted > accepted
         while len(self.drafted_per_position) < k:
             self.drafted_per_position.append(0)
             self.accepted_per_position.append(0)
         for i in range(k):
             self.drafted_per_position[i] += 1
-            self.accepted_per_position[i] += i < accepted
+            self.accepted_per_position[i] += i < kept
 
     def mark_first_step(self, new_tokens: int, seconds: float) -> None:
         """Remember the counters now, as the first step ends with `new_tokens` committed, `seconds` in."""

@@ -20,12 +20,32 @@ improvement over plain decoding is (Theorem 3.8)
 Example: alpha = 0.8, c = 0.05, k = 4 gives 3.3616 tokens per step and a 2.80x speedup; the best k there is 8,
 giving 3.09x.
 
-Every function takes plain floats and returns a float; alpha and c may also be numpy arrays (elementwise).
+Trees. A token tree (`speculative.tree`) offers several guesses per position, and the multi-draft rule tries a
+node's children in order. Describe acceptance by h[d][r]: the chance that the child of rank r (0 = tried first) of a
+node at depth d (0 = the root) is accepted, given that the node was reached and its r earlier siblings were rejected.
+The children's chances of being *the* accepted one are then h[d][0], (1 - h[d][0]) h[d][1], ..., and a node's token
+is emitted exactly when every step of its path is, so, as Sequoia (Chen et al. 2024, arXiv:2402.12374, the
+"positional acceptance" assumption) sums it,
+
+    E[tokens per target pass] = sum over nodes v of  prod over the steps (d, r) of v's path of
+                                                     h[d][r] (1 - h[d][0]) ... (1 - h[d][r-1]),
+
+the root's empty product counting the one token every pass emits (the correction or the bonus). A chain of k with
+h = alpha is Eq. (1) again: 1 + alpha + ... + alpha^k. Adding a node adds a term >= 0, so a bigger tree never
+expects fewer tokens; whether it pays depends on what its pass costs, which on a CPU grows with the number of
+nodes sooner than on a GPU: `tree_tokens_per_second` divides by a measured cost. The formula is exact when p and
+q are the same at every node and the children are drawn independently: then h[d][r] = sum(min(p_r, q)), where p_r
+is the residual after r rejections, whichever tokens were rejected. Elsewhere h is a model, as alpha is in Eq. (1).
+
+Every function takes plain floats and returns a float; alpha and c may also be numpy arrays (elementwise). The tree
+functions take a tree as its parents (`TokenTree.parents`, or `static_tree`).
 """
 
 from __future__ import annotations
 
+import math
 import numbers
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -75,6 +95,74 @@ def alpha_from_distributions(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return torch.minimum(p, q).sum(-1)
 
 
+
+# -- trees -------------------------------------------------------------------------------------------------------
+
+Acceptance = float | Sequence[float | Sequence[float]]  # alpha, or h[d] per depth, or h[d][r] per depth and rank
+
+
+def static_tree(branching: Sequence[int]) -> tuple[int, ...]:
+    """The parents of the static tree a shape such as (3, 2, 2, 1) names: every node at depth d has branching[d]
+    children (Medusa's and SGLang's fixed trees). Breadth first, so parents come before their children; () is the
+    root alone (no guess at all) and (1,) * k a chain of k."""
+    if isinstance(branching, (str, bytes)) or not isinstance(branching, Sequence):
+        raise ValueError(f"branching must be a sequence of ints >= 1, one per depth, got {branching!r}")
+    parents, level = [-1], [0]
+    for d, b in enumerate(branching):
+        if isinstance(b, bool) or not isinstance(b, numbers.Integral) or b < 1:
+            raise ValueError(f"branching[{d}] must be an int >= 1 (children per node at depth {d}), got {b!r}")
+        start = len(parents)
+        parents += [node for node in level for _ in range(b)]
+        level = list(range(start, len(parents)))
+    return tuple(parents)
+
+
+def tree_expected_tokens(parents: Sequence[int], acceptance: Acceptance) -> float:
+    """Expected tokens emitted per target pass over the tree: the sum over its nodes of the chance each is
+    emitted (module docstring; Sequoia's F(T)).
+
+    parents: each node's parent, -1 for the root (node 0), parents numbered before their children.
+    acceptance: h[d][r] as in the module docstring; one number alpha for every depth and rank, or one entry per
+    depth (a number, or a list over ranks). Depths beyond the list repeat its last entry, ranks beyond a row its
+    last number, so [[0.8, 0.3]] says "0.8 for a first child, 0.3 for every later one, at every depth".
+    """
+    depth, rank = _tree(parents)
+    table = _acceptance(acceptance)
+    n = len(parents)
+    emitted = [1.0] * n  # the chance each node's token is emitted; the root stands for the token every pass emits
+    all_rejected = [1.0] * n  # per node: the chance that every child of it tried so far was rejected
+    for i in range(1, n):  # parents first, so emitted[parent] is known
+        parent = parents[i]
+        row = table[min(depth[parent], len(table) - 1)]
+        h = row[min(rank[i], len(row) - 1)]
+        emitted[i] = emitted[parent] * all_rejected[parent] * h
+        all_rejected[parent] *= 1 - h
+    return math.fsum(emitted)
+
+
+def tree_tokens_per_second(
+    parents: Sequence[int], acceptance: Acceptance, pass_s: Callable[[int], float], draft_s: float = 0.0
+) -> float:
+    """Expected tokens per second of steps that draft this tree and verify it in one target pass:
+
+        tree_expected_tokens(parents, acceptance) / (draft_s + pass_s(len(parents)))
+
+    pass_s(n): measured seconds of a target pass over n nodes (1 is plain decoding: the root alone).
+    draft_s: seconds to draft the tree (0 for prompt lookup). The tree with the most tokens per second wins, the
+    root alone (plain decoding) and chains included. With pass_s constant and draft_s = k c pass_s for a chain of
+    k, the ratio to plain decoding is Theorem 3.8's speedup."""
+    _tree(parents)
+    n = len(parents)
+    if isinstance(draft_s, bool) or not isinstance(draft_s, numbers.Real) or not math.isfinite(draft_s) \
+            or draft_s < 0:
+        raise ValueError(f"draft_s must be a finite number of seconds >= 0, got {draft_s!r}")
+    seconds = pass_s(n)
+    if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real) or not math.isfinite(seconds) \
+            or seconds <= 0:
+        raise ValueError(f"pass_s({n}) must return a finite number of seconds > 0, got {seconds!r}")
+    return tree_expected_tokens(parents, acceptance) / (draft_s + seconds)
+
+
 # -- checks ------------------------------------------------------------------------------------------------------
 
 def _alpha(alpha: FloatOrArray) -> FloatOrArray:
@@ -94,6 +182,41 @@ def _c(c: FloatOrArray) -> FloatOrArray:
 def _k(name: str, k: int) -> None:
     if not isinstance(k, numbers.Integral) or isinstance(k, bool) or k < 0:
         raise ValueError(f"{name} must be an int >= 0, got {k!r}")
+
+
+def _tree(parents: Sequence[int]) -> tuple[list[int], list[int]]:
+    """Each node's depth and rank (its place among its siblings), checking that parents describe a tree."""
+    if isinstance(parents, (str, bytes)) or not isinstance(parents, Sequence) or not parents or parents[0] != -1:
+        raise ValueError(f"parents must be a sequence starting with -1 (node 0 is the root), got {parents!r}")
+    depth, rank, children = [0], [0], [0] * len(parents)
+    for i, parent in enumerate(parents[1:], start=1):
+        if isinstance(parent, bool) or not isinstance(parent, numbers.Integral) or not 0 <= parent < i:
+            raise ValueError(f"parents[{i}] must be a node numbered before it, an int in [0, {i}), got {parent!r}")
+        depth.append(depth[parent] + 1)
+        rank.append(children[parent])
+        children[parent] += 1
+    return depth, rank
+
+
+def _acceptance(acceptance: Acceptance) -> list[list[float]]:
+    """h as rows of floats, one row per depth, each in [0, 1]."""
+    if isinstance(acceptance, np.ndarray):  # a policy's measured table
+        acceptance = acceptance.tolist()
+    rows = [acceptance] if isinstance(acceptance, numbers.Real) else acceptance
+    if isinstance(rows, (str, bytes)) or not isinstance(rows, Sequence) or not rows:
+        raise ValueError(f"acceptance must be a number in [0, 1] or a non-empty list of them per depth (or of lists "
+                         f"per rank), got {acceptance!r}")
+    table = []
+    for d, row in enumerate(rows):
+        row = [row] if isinstance(row, numbers.Real) else row
+        if isinstance(row, (str, bytes)) or not isinstance(row, Sequence) or not row:
+            raise ValueError(f"acceptance[{d}] must be a number in [0, 1] or a non-empty list of them per rank, "
+                             f"got {row!r}")
+        for r, h in enumerate(row):
+            if isinstance(h, bool) or not isinstance(h, numbers.Real) or not 0 <= h <= 1:
+                raise ValueError(f"acceptance[{d}][{r}] must be a number in [0, 1], got {h!r}")
+        table.append([float(h) for h in row])
+    return table
 
 
 def _number_array(name: str, x: FloatOrArray, allowed: str) -> FloatOrArray:

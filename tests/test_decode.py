@@ -6,7 +6,7 @@ import torch
 from conftest import build_model
 from teachspec import load_pair
 from teachspec.decode import decode, generate
-from teachspec.events import EventLog, Finish, Plain
+from teachspec.events import Bonus, Draft, EventLog, Finish, Verify
 from teachspec.sampling import SamplingParams
 
 
@@ -45,7 +45,9 @@ def test_generate_reports_text_stats_and_events():
     assert out.stats.tokens_per_s > 0 and out.stats.tokens_per_target_pass == 1.0
     kinds = [e.kind for e in log]
     assert kinds[:2] == ["request_start", "prefill"] and kinds[-1] == "finish"
-    assert [e.token for e in log.of(Plain)] == out.tokens
+    # recorded as the engine records a k = 0 step: one Verify over one position and one Bonus, no Draft
+    assert [e.token for e in log.of(Bonus)] == out.tokens
+    assert [e.n for e in log.of(Verify)] == [1] * len(out.tokens) and not log.of(Draft)
     assert log.of(Finish)[0].new_tokens == len(out.tokens)
 
 

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from teachspec.events import KINDS, VERSION, Accept, Bonus, Draft, Evict, EventLog, Finish, Insert, Lock, Match, \
-    Plain, Prefill, ProgramSpan, ProgramStep, Reject, RequestStart, Resample, Score, Split, Unlock, Verify
+    Prefill, ProgramSpan, ProgramStep, Reject, RequestStart, Resample, Score, Split, TreeDraft, Unlock, Verify
 
 
 def sample_log() -> EventLog:
@@ -18,7 +18,8 @@ def sample_log() -> EventLog:
     log.emit(Reject, 1, step=0, position=4, i=1, token=8, p=0.05, q=0.25, u=0.7)
     log.emit(Resample, 1, step=0, position=4, i=1, token=2, p=0.4, q=0.0)
     log.emit(Bonus, 1, step=1, position=5, token=3, p=0.9)
-    log.emit(Plain, 1, step=2, position=6, token=4, p=0.3, ms=1.0)
+    log.emit(Bonus, 1, step=2, position=6, token=4, p=0.3)
+    log.emit(TreeDraft, 1, step=3, position=6, parents=[-1, 0, 0], tokens=[4, 11, 12], drafter="ngram", ms=0.1)
     log.emit(Match, 1, node=2, length=4, path=[0, 1, 2])
     log.emit(Insert, 1, node=3, parent=2, tokens=5, cached=4)
     log.emit(Split, 1, node=2, new=4, parent=1, at=2)
@@ -60,9 +61,9 @@ def test_times_increase_and_requests_are_kept():
 def test_subscribers_see_each_event_once_until_they_unsubscribe():
     log, seen = EventLog(), []
     unsubscribe = log.subscribe(seen.append)
-    first = log.emit(Plain, 0, step=0, position=1, token=2, p=0.5, ms=1.0)
+    first = log.emit(Bonus, 0, step=0, position=1, token=2, p=0.5)
     unsubscribe()
-    log.emit(Plain, 0, step=1, position=2, token=3, p=0.5, ms=1.0)
+    log.emit(Bonus, 0, step=1, position=2, token=3, p=0.5)
     assert seen == [first]
     assert len(log) == 2
 
@@ -96,3 +97,38 @@ def test_not_a_trace_unknown_kind_and_missing_file(tmp_path):
 
 def test_empty_log_round_trips(tmp_path):
     assert len(EventLog.load(EventLog().save(tmp_path / "empty.jsonl"))) == 0
+
+
+def test_a_version_1_trace_reads_its_plain_events_as_verify_and_bonus(tmp_path):
+    """Version 1 recorded plain decoding as Plain events; version 2 as the engine's k = 0 step."""
+    path = tmp_path / "v1.jsonl"
+    path.write_text(json.dumps({"format": "teachspec-trace", "version": 1}) + "\n"
+                    + json.dumps({"kind": "plain", "t": 0.5, "request": 3, "step": 0, "position": 7, "token": 42,
+                                  "p": 0.25, "ms": 1.5}) + "\n")
+    verify, bonus = EventLog.load(path)
+    assert (verify.kind, verify.request, verify.step, verify.position, verify.n, verify.ms) == \
+        ("verify", 3, 0, 7, 1, 1.5)
+    assert (bonus.kind, bonus.t, bonus.position, bonus.token, bonus.p) == ("bonus", 0.5, 7, 42, 0.25)
+    assert "plain" not in KINDS
+
+
+def test_a_trace_records_the_pair_that_made_it_and_a_replay_finds_its_text_from_that(tmp_path):
+    from teachspec import Engine, load_pair
+    from teachspec.widgets import SpeculationView
+
+    engine = Engine(load_pair("tiny"))
+    out = engine.generate("Return a new dictionary", 6)
+    path = engine.events.save(tmp_path / "trace.jsonl")
+    assert json.loads(path.read_text().splitlines()[0])["pair"] == "tiny"
+    log = EventLog.load(path)
+    assert log.pair == "tiny"
+    assert "Return a new dictionary" in SpeculationView(log).frames_json.decode()  # no decode= given
+    log.pair = "some/unknown-pair"  # a pair this machine cannot load: the replay shows ids, and does not fail
+    assert "Return a new dictionary" not in SpeculationView(log).frames_json.decode() and out.tokens
+
+
+def test_a_header_pair_that_is_not_a_name_is_refused(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps({"format": "teachspec-trace", "version": VERSION, "pair": 7}) + "\n")
+    with pytest.raises(ValueError, match=r"bad.jsonl, line 1: the header's pair must be the name of a pair"):
+        EventLog.load(path)

@@ -7,11 +7,11 @@ import warnings
 
 import pytest
 
-from teachspec.events import EventLog, Plain
+from teachspec.events import Bonus, EventLog
 
 
 def emit(log: EventLog):
-    return log.emit(Plain, 0, step=0, position=1, token=2, p=0.5, ms=1.0)
+    return log.emit(Bonus, 0, step=0, position=1, token=2, p=0.5)
 
 
 @pytest.mark.parametrize("bad", [42, "print", None, [print]])
@@ -36,7 +36,7 @@ def test_a_subscriber_that_raises_is_reported_once_by_name_dropped_and_its_error
     with pytest.warns(RuntimeWarning) as warned, pytest.raises(ValueError, match="cannot draw"):
         emit(log)
     assert len(warned) == 1
-    assert re.search(r"broken_view raised ValueError\(cannot draw\) on event 'plain'; it is unsubscribed",
+    assert re.search(r"broken_view raised ValueError\(cannot draw\) on event 'bonus'; it is unsubscribed",
                      str(warned[0].message))
     first = log[0]
     assert before == after == [first]                           # in the log, and every other subscriber got it

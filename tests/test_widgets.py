@@ -61,6 +61,11 @@ def re_emit(log: EventLog, event) -> None:
     log.emit(type(event), event.request, **values)
 
 
+def tokens(items: dict) -> list[dict]:
+    """A SpeculationView's tokens (and prompts), without its step items."""
+    return [item for item in items.values() if item["kind"] != "step"]
+
+
 # -- one state, however the events arrive ------------------------------------------------------------------------
 
 @pytest.mark.parametrize("View", [SpeculationView, RadixTreeView])
@@ -91,7 +96,7 @@ def test_the_speculation_view_text_is_the_generated_text(pair):
     engine = Engine(pair, record_top=4, cache_tokens=0)
     out = engine.generate(PROMPTS[0], 30, temperature=1.0, k=4, seed=3)
     view = SpeculationView(engine.events, decode=pair)
-    items = sorted(view.snapshot().items.values(), key=lambda item: item["order"])
+    items = sorted(tokens(view.snapshot().items), key=lambda item: item["order"])
     kinds = [item["kind"] for item in items]
     assert kinds[0] == "prompt" and items[0]["text"] == PROMPTS[0]
     assert {"accepted", "rejected", "resampled", "bonus"} <= set(kinds) and "drafted" not in kinds
@@ -111,17 +116,21 @@ def test_a_step_plays_as_drafts_then_verdicts(pair):
     engine.generate(PROMPTS[1], 8, temperature=1.0, k=3, seed=1)
     frames = SpeculationView(engine.events).frames
     draft = next(i for i, f in enumerate(frames) if "guesses" in f["caption"])
-    assert [item["kind"] for item in frames[draft]["put"]] == ["drafted"] * 3
+    assert [item["kind"] for item in frames[draft]["put"]] == ["drafted"] * 3 + ["step"]
     assert "ONE target pass" in frames[draft + 1]["caption"]
     assert frames[draft + 2]["put"][0]["kind"] in ("accepted", "rejected")
     assert frames[draft + 2]["put"][0]["text"] is None  # no decode given: the browser shows ids
+    unit = frames[draft + 2]["put"][-1]  # the step as one item: its guesses, its passes' times, its tokens so far
+    assert unit["kind"] == "step" and unit["drafted"] == 3 and unit["draft_ms"] > 0 and unit["verify_ms"] > 0
 
 
 def test_plain_decoding_shows_plain_tokens(pair):
     engine = Engine(pair, cache_tokens=0)
     out = engine.generate(PROMPTS[0], 6, speculate=None)
-    kinds = [item["kind"] for item in SpeculationView(engine.events).snapshot().items.values()]
-    assert kinds == ["prompt"] + ["plain"] * len(out.tokens)
+    items = SpeculationView(engine.events).snapshot().items
+    assert [item["kind"] for item in tokens(items)] == ["prompt"] + ["plain"] * len(out.tokens)
+    steps = [item for item in items.values() if item["kind"] == "step"]
+    assert len(steps) == len(out.tokens) and all(s["drafted"] == 0 and s["emitted"] == 1 for s in steps)
 
 
 def test_the_tree_view_rebuilds_the_engines_radix_tree(engine, pair):
@@ -331,5 +340,5 @@ def test_arguments_are_checked_with_errors_that_say_what_is_allowed():
 
 def test_a_trace_without_draft_events_still_shows_its_verdicts():
     log = EventLog([Accept(0.0, 0, step=0, position=3, i=0, token=5, p=0.5, q=0.5, u=0.1)])
-    (item,) = SpeculationView(log).snapshot().items.values()
+    (item,) = tokens(SpeculationView(log).snapshot().items)
     assert item["kind"] == "accepted" and item["token"] == 5

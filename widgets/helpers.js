@@ -22,11 +22,40 @@ export function decodeFrames(value) {
   return JSON.parse(new TextDecoder("utf-8").decode(bytes));
 }
 
-// The key of the item a frame changed last (what the detail panel shows when nothing is selected).
+// The key of the token a frame changed last: the one being decided (a prompt only when nothing else changed).
 export function focusOf(frame) {
   if (!frame) return null;
-  for (let i = frame.put.length - 1; i >= 0; i--) if (frame.put[i].kind !== "prompt") return frame.put[i].key;
+  let prompt = null;
+  for (let i = frame.put.length - 1; i >= 0; i--) {
+    const kind = frame.put[i].kind;
+    if (kind === "prompt") prompt ??= frame.put[i].key;
+    else if (kind !== "step") return frame.put[i].key;
+  }
+  return prompt;
+}
+
+// The token in focus at frame n: the one frame n decided, else the newest earlier one still shown. A frame that
+// decides nothing (a target pass, a finish) keeps the focus where it was, so the view never loses its place.
+export function focusAt(frames, n, items, lookBack = 64) {
+  for (let i = n; i >= 0 && i > n - lookBack; i--) {
+    const key = focusOf(frames[i]);
+    if (key !== null && items.has(key)) return key;
+  }
   return null;
+}
+
+// The last frame made by event `event` or an earlier one (-1: none yet): where a linked view goes when another
+// view of the same log moves to that event. Frames' events only grow, so a binary search finds it.
+export function frameAtEvent(frames, event) {
+  let lo = 0, hi = frames.length - 1, found = -1;
+  while (lo <= hi) {
+    const mid = (lo + hi) >> 1;
+    if (frames[mid].event <= event) {
+      found = mid;
+      lo = mid + 1;
+    } else hi = mid - 1;
+  }
+  return found;
 }
 
 // Apply one frame to `state`, in place, and return it: drop, then put, then meta if the frame carries it.
@@ -126,7 +155,76 @@ export function shorten(text, n) {
   return text.length <= n ? text : `${text.slice(0, n - 1)}…`;
 }
 
+// A token as a chip in the running text: every character shown, whitespace as a faint glyph (a space "·", a tab
+// "⇥", a newline "↵"), and, for each newline, a line break after the chip. Returns { parts, breaks }, each part
+// { text, ws }; the chip is never empty, so even a lone space can be seen and clicked.
+export function chipParts(text, id) {
+  if (text === null || text === undefined) return { parts: [{ text: `#${id}`, ws: false }], breaks: 0 };
+  if (text === "") return { parts: [{ text: "∅", ws: true }], breaks: 0 };
+  const parts = [];
+  let breaks = 0;
+  for (const ch of text) {
+    const ws = ch === " " || ch === "\n" || ch === "\t" || ch === "\r";
+    const shown = ch === " " ? "·" : ch === "\n" ? "↵" : ch === "\t" ? "⇥" : ch === "\r" ? "␍" : ch;
+    if (ch === "\n") breaks += 1;
+    const last = parts[parts.length - 1];
+    if (last && last.ws === ws) last.text += shown;
+    else parts.push({ text: shown, ws });
+  }
+  return { parts, breaks };
+}
+
+// A long prompt folded into one chip: "prompt · 133 tokens · …its last line".
+export function promptSummary(item, width = 40) {
+  const lines = (item.text ?? "").split("\n").map((l) => l.trim()).filter(Boolean);
+  let last = lines.length ? lines[lines.length - 1] : (item.ids ?? []).slice(-8).join(" ");
+  if (last.length > width) last = `…${last.slice(last.length - width + 1)}`;
+  else if (lines.length > 1 || (item.ids && item.n > item.ids.length)) last = `…${last}`;
+  return `prompt · ${item.n} token${item.n === 1 ? "" : "s"}${last ? ` · ${last}` : ""}`;
+}
+
+// ---- linking views of one log: which tokens a tree node holds ----------------------------------------------
+
+// A tree node holds positions offset .. offset + tokens of each request in its `requests` (radix.py). Does it
+// hold the text's `item`: a token at its position, or a prompt (positions 0 .. n) that overlaps it?
+export function holds(span, item) {
+  if (!span || !item || !span.requests || !span.requests.includes(item.request)) return false;
+  const end = span.offset + span.tokens;
+  if (item.kind === "prompt") return span.offset < item.n && end > 0;
+  return item.position >= span.offset && item.position < end;
+}
+
 // ---- the speculation view ------------------------------------------------------------------------------------
+
+// The tokens of one step, in order, grouped: a step is drawn as one bracketed unit.
+export function stepKey(item) {
+  return `s${item.request}.${item.step}`;
+}
+
+// The time lane under the text: each step's draft passes and its one target pass, to scale, beside what plain
+// decoding would have spent on the same tokens (one target pass each, as long as this step's). `steps` are the
+// step items of one request, in order; returns rows of segments with `start` and `width` as shares of the longer
+// row, so both rows share one time axis.
+export function laneRows(steps) {
+  const spec = [], plain = [];
+  let t = 0, u = 0;
+  for (const s of steps) {
+    const key = `s${s.request}.${s.step}`;
+    if (s.draft_ms > 0) {
+      spec.push({ key, kind: "draft", start: t, ms: s.draft_ms, k: s.drafted });
+      t += s.draft_ms;
+    }
+    spec.push({ key, kind: "target", start: t, ms: s.verify_ms, n: s.emitted });
+    t += s.verify_ms;
+    for (let i = 0; i < s.emitted; i++) {
+      plain.push({ key, kind: "plain", start: u, ms: s.verify_ms });
+      u += s.verify_ms;
+    }
+  }
+  const whole = Math.max(t, u) || 1;
+  const scale = (row) => row.map((seg) => ({ ...seg, start: seg.start / whole, width: seg.ms / whole }));
+  return { spec: scale(spec), plain: scale(plain), specMs: t, plainMs: u };
+}
 
 export const LEGEND = [
   ["drafted", "drafted", "guessed by the draft, not judged yet"],
@@ -202,7 +300,16 @@ export function statsStrip(meta) {
 
 // ---- the radix tree view -------------------------------------------------------------------------------------
 
-export const TREE = { column: 120, row: 72, width: 108, height: 42, pad: 12 };
+// The tree's geometry at scale 1, in px. The labels are 16 px and 15 px, so a fit that scales the drawing down to
+// TREE.minScale keeps them at 14 px or more; a tree wider than that pans instead (radix.js).
+export const TREE = { column: 172, row: 100, width: 160, height: 72, pad: 14, chars: 14, minScale: 14 / 15 };
+
+// The scale that fits `natural` px into `available` px: never below minScale (the text stays readable), never
+// above 1.25 (a small tree does not balloon).
+export function fitScale(natural, available) {
+  if (!(natural > 0) || !(available > 0)) return 1;
+  return clamp(available / natural, TREE.minScale, 1.25);
+}
 
 export function nodeSpot(item) {
   return { x: TREE.pad + item.x * TREE.column, y: TREE.pad + item.y * TREE.row };
@@ -225,6 +332,28 @@ export function edgePath(parent, child) {
   return `M ${x1} ${y1} C ${x1} ${ym}, ${x2} ${ym}, ${x2} ${y2}`;
 }
 
+// A node's label as up to `rows` lines of at most `width` characters, then its id, size and locks: the text
+// wraps at spaces where it can, and what does not fit ends in "…".
+export function nodeLabel(item, width = TREE.chars, rows = 2) {
+  const [head, tail] = nodeLines(item, Infinity);
+  if (item.stub || item.parent === null) return { lines: [head], tail };
+  const lines = [];
+  let rest = head;
+  while (rest && lines.length < rows) {
+    if (rest.length <= width) {
+      lines.push(rest);
+      rest = "";
+      break;
+    }
+    let cut = rest.lastIndexOf("␣", width);
+    cut = cut > width / 2 ? cut + 1 : width;
+    lines.push(rest.slice(0, cut));
+    rest = rest.slice(cut);
+  }
+  if (rest) lines[lines.length - 1] = shorten(`${lines[lines.length - 1]}${rest}`, width);
+  return { lines, tail };
+}
+
 // A node's two lines, the same as teachspec/widgets/svg.py's `label`.
 export function nodeLines(item, width = 16) {
   if (item.stub) return [`+${item.folded} nodes`, `${item.tokens} tok folded`];
@@ -234,6 +363,16 @@ export function nodeLines(item, width = 16) {
   if (!head) return [`#${item.id}`, `${item.tokens} tok${locks}`]; // nothing but the id: it heads the box alone
   return [shorten(head, width), `#${item.id} · ${item.tokens} tok${locks}`];
 }
+
+// What every colour and mark of the tree means (each legend entry carries data-legend=its key).
+export const TREE_LEGEND = [
+  ["matched", "matched", "on the path the last lookup matched: these tokens were reused"],
+  ["new", "new", "inserted by the last event"],
+  ["split", "split", "cut in two by the last event: the new node above holds the first part"],
+  ["locked", "in use", "locked by a running request: protected from eviction"],
+  ["evicted", "evicted", "dropped to free memory (least recently used first)"],
+  ["stub", "+N folded", "nodes not drawn, to keep the tree readable"],
+];
 
 export function nodeClass(item) {
   const parts = ["ts-node"];
@@ -251,7 +390,7 @@ export function memorySegments(meta) {
   const whole = meta.budget != null ? Math.max(meta.budget, inUse + cached) : inUse + cached;
   const share = (n) => (whole > 0 ? n / whole : 0);
   const segments = [
-    { name: "in use", cls: "in-use", tokens: inUse, share: share(inUse) },
+    { name: "in use (locked)", cls: "in-use", tokens: inUse, share: share(inUse) },
     { name: "cached", cls: "cached", tokens: cached, share: share(cached) },
   ];
   if (meta.budget != null) {

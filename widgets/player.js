@@ -1,6 +1,19 @@
 // The step-through controls every view shares: play / pause, one step back or forward, a slider, a speed.
 // They run in the browser alone, so a replay works with no kernel (an HTML export, Voila, a closed kernel).
-import { SPEEDS, clamp, decodeFrames, stepDelay } from "./helpers.js";
+//
+// Views of one log share a `link` (teachspec/widgets/base.py), and one timeline drives them all: whenever the
+// user moves a player (a step, the slider, a key, play), it announces the event it shows on the page, and every
+// other player with the same link moves to its own last frame at or before that event. Each view's element
+// carries data-event, the event the page's timeline is at, so a test can see that they agree.
+import { SPEEDS, clamp, decodeFrames, frameAtEvent, stepDelay } from "./helpers.js";
+
+export const SEEK = "teachspec:seek"; // a document event: { link, event, from }
+export const HOLD = "teachspec:hold"; // a document event: { link, from, span } or { link, from, token }
+
+// Tell the other views of `link` something (see SEEK and HOLD); a page with no other view hears nothing.
+export function announce(type, detail) {
+  if (detail.link) document.dispatchEvent(new CustomEvent(type, { detail }));
+}
 
 function button(label, cls, title) {
   const b = document.createElement("button");
@@ -14,7 +27,9 @@ function button(label, cls, title) {
 // `onShow(n)` draws frame n; `onSettle(n)` hears where the user left the player (to save it with the widget).
 // `frame` is where to open: -1 means the newest frame, and then the player *follows*: frames that arrive later
 // (a live view) are played through as they come, until the user steps, drags or presses play.
-export function createPlayer(container, { onShow, onSettle = () => {}, frame = -1 }) {
+export function createPlayer(container, { onShow, onSettle = () => {}, frame = -1, link = "", timeline = null }) {
+  // who announced: random, since each view on an exported page carries its own copy of this module
+  const me = `p${Math.random().toString(36).slice(2)}`;
   const bar = document.createElement("div");
   bar.className = "ts-player";
   const back = button("◀", "ts-back", "one frame back (←)");
@@ -34,13 +49,33 @@ export function createPlayer(container, { onShow, onSettle = () => {}, frame = -
   container.append(bar);
 
   let count = 0, shown = -1, playing = false, timer = null, follow = frame === -1;
+  const eventOf = (n) => (timeline && n >= 0 ? timeline.frames[n]?.event ?? -1 : -1);
 
-  function show(n) {
+  // `user`: the user moved this player, so the other views of its log follow it to the same event.
+  function show(n, user = false) {
     shown = clamp(n, count ? 0 : -1, count - 1);
+    draw(eventOf(shown));
+    if (user) announce(SEEK, { link, event: eventOf(shown), from: me });
+  }
+
+  function draw(event) {
     slider.value = String(Math.max(shown, 0));
     counter.textContent = `${shown + 1} / ${count}`;
+    container.dataset.event = String(event);
+    container.dataset.frame = String(shown);
     onShow(shown);
   }
+
+  // Another view of the same log moved to `event`: show the last frame at or before it (none: the empty state).
+  function seek(e) {
+    const { detail } = e;
+    if (!link || detail.link !== link || detail.from === me || !timeline) return;
+    follow = false;
+    setPlaying(false);
+    shown = Math.min(frameAtEvent(timeline.frames, detail.event), count - 1);
+    draw(detail.event);
+  }
+  document.addEventListener(SEEK, seek);
 
   function setPlaying(on) {
     playing = on;
@@ -55,7 +90,7 @@ export function createPlayer(container, { onShow, onSettle = () => {}, frame = -
       if (!follow) onSettle(shown);
       return;
     }
-    show(shown + 1);
+    show(shown + 1, !follow);
     timer = setTimeout(tick, stepDelay(Number(speed.value), follow ? count - 1 - shown : 0));
   }
 
@@ -68,7 +103,7 @@ export function createPlayer(container, { onShow, onSettle = () => {}, frame = -
     }
     if (!count) return;
     follow = false;
-    if (shown >= count - 1) show(0); // from the top, as a video player does at its end
+    if (shown >= count - 1) show(0, true); // from the top, as a video player does at its end
     setPlaying(true);
     timer = setTimeout(tick, stepDelay(Number(speed.value)));
   }
@@ -76,7 +111,7 @@ export function createPlayer(container, { onShow, onSettle = () => {}, frame = -
   function step(to) {
     follow = false;
     setPlaying(false);
-    show(to);
+    show(to, true);
     follow = shown === count - 1; // back at the newest frame: follow again
     onSettle(shown);
   }
@@ -109,6 +144,7 @@ export function createPlayer(container, { onShow, onSettle = () => {}, frame = -
     },
     destroy() {
       setPlaying(false);
+      document.removeEventListener(SEEK, seek);
     },
   };
 }

@@ -1,9 +1,15 @@
-// RadixTreeView's drawing: the tree as SVG boxes that glide to their new places, and the memory bar.
+// RadixTreeView's drawing: the tree as SVG boxes that glide to their new places, a legend, and the memory bar.
 // Python (teachspec/widgets/radix.py and layout.py) decides every node's place, text and state.
+//
+// Labels are the nodes' own text, wrapped over two lines at 16 px; the drawing is scaled to fit the view's width
+// and height, but never below 14 px text (a wider tree pans; the zoom buttons change the scale). Hovering or clicking a node
+// marks the tokens it holds in a SpeculationView of the same log; hovering a token there marks the node that
+// holds it here. DOM hooks: each node data-node-id, each legend entry data-legend, a marked node data-highlight.
 import {
-  TREE, Timeline, decodeFrames, edgePath, memorySegments, nodeClass, nodeLines, nodeSpot, treeSize,
+  TREE, TREE_LEGEND, Timeline, decodeFrames, edgePath, fitScale, holds, memorySegments, nodeClass, nodeLabel,
+  nodeSpot, treeSize,
 } from "./helpers.js";
-import { createPlayer, follow } from "./player.js";
+import { HOLD, announce, createPlayer, follow } from "./player.js";
 
 const SVG = "http://www.w3.org/2000/svg";
 
@@ -16,11 +22,27 @@ function svgElement(tag, attributes = {}) {
 function newNode(key) {
   const g = svgElement("g");
   g.dataset.key = key;
-  g.append(svgElement("rect", { width: TREE.width, height: TREE.height, rx: 6 }),
-    svgElement("text", { x: TREE.width / 2, y: 17, class: "head" }),
-    svgElement("text", { x: TREE.width / 2, y: 33, class: "tail" }),
+  g.append(svgElement("rect", { width: TREE.width, height: TREE.height, rx: 8 }),
+    svgElement("text", { x: TREE.width / 2, y: 22, class: "head" }),
+    svgElement("text", { x: TREE.width / 2, y: 41, class: "head" }),
+    svgElement("text", { x: TREE.width / 2, y: 61, class: "tail" }),
     svgElement("title"));
   return g;
+}
+
+function legend(parent) {
+  const box = document.createElement("div");
+  box.className = "ts-legend ts-tree-legend";
+  for (const [key, label, meaning] of TREE_LEGEND) {
+    const entry = document.createElement("span");
+    entry.className = `ts-key ${key}`;
+    entry.dataset.legend = key;
+    entry.title = meaning;
+    const swatch = document.createElement("i");
+    entry.append(swatch, label);
+    box.append(entry);
+  }
+  parent.append(box);
 }
 
 function drawMemory(box, meta) {
@@ -45,14 +67,31 @@ function drawMemory(box, meta) {
   box.replaceChildren(track, words);
 }
 
+function zoomButton(label, title) {
+  const b = document.createElement("button");
+  b.type = "button";
+  b.className = "ts-btn ts-zoom";
+  b.textContent = label;
+  b.title = title;
+  return b;
+}
+
 function render({ model, el }) {
   el.classList.add("ts-view", "ts-radix");
+  const link = model.get("link") ?? "";
+  el.dataset.link = link;
+  legend(el);
   const program = document.createElement("div"); // the program step running (teachspec.program), if any
   program.className = "ts-program";
   const caption = document.createElement("div");
   caption.className = "ts-caption";
   const wrap = document.createElement("div");
   wrap.className = "ts-tree-wrap";
+  const zoom = document.createElement("div");
+  zoom.className = "ts-zoom-bar";
+  const out = zoomButton("−", "zoom out"), fit = zoomButton("fit", "fit the tree to the width"),
+    into = zoomButton("+", "zoom in");
+  zoom.append(out, fit, into);
   const svg = svgElement("svg", { class: "ts-tree" });
   const edges = svgElement("g", { class: "edges" });
   const nodes = svgElement("g", { class: "nodes" });
@@ -64,17 +103,35 @@ function render({ model, el }) {
   message.className = "ts-empty";
   const error = document.createElement("div");
   error.className = "ts-error";
-  el.append(program, caption, wrap, memory, message, error);
+  el.append(program, caption, zoom, wrap, memory, message, error);
 
   const timeline = new Timeline(decodeFrames(model.get("frames_json")));
   const boxes = new Map(), lines = new Map(); // item key -> its <g> and the <path> to its parent
+  let state = null, scale = null, size = { width: 0, height: 0 }; // scale null: fit to the width
+  let hovered = null, pinned = null, token = null; // node keys marked by the pointer or a click; a text token
 
-  function draw(state) {
+  function place() {
+    const tall = parseFloat(getComputedStyle(wrap).maxHeight) || 440; // the view's height, before it scrolls
+    const s = scale ?? Math.min(fitScale(size.width, wrap.clientWidth - 2), fitScale(size.height, tall - 4));
+    svg.setAttribute("width", Math.round(size.width * s));
+    svg.setAttribute("height", Math.round(size.height * s));
+    el.dataset.scale = s.toFixed(3);
+  }
+
+  function mark() {
+    for (const [key, g] of boxes) {
+      const item = state.items.get(key);
+      const on = key === (hovered ?? pinned) || (token !== null && item && !item.stub && item.parent !== null &&
+        holds(item, { kind: "token", ...token }));
+      g.toggleAttribute("data-highlight", Boolean(on));
+    }
+  }
+
+  function draw() {
     const items = [...state.items.values()];
-    const size = treeSize(items);
-    svg.setAttribute("width", size.width);
-    svg.setAttribute("height", size.height);
+    size = treeSize(items);
     svg.setAttribute("viewBox", `0 0 ${size.width} ${size.height}`);
+    place();
     for (const item of items) {
       let g = boxes.get(item.key);
       if (!g) {
@@ -82,13 +139,17 @@ function render({ model, el }) {
         boxes.set(item.key, g);
         nodes.append(g);
       }
+      g.dataset.nodeId = item.stub ? `+${item.parent.slice(1)}` : String(item.id);
       const spot = nodeSpot(item);
       g.style.transform = `translate(${spot.x}px, ${spot.y}px)`;
       g.setAttribute("class", nodeClass(item));
-      const [head, tail] = nodeLines(item);
-      g.children[1].textContent = head;
-      g.children[2].textContent = tail;
-      g.children[3].textContent = item.stub ? `${item.folded} nodes folded: the least recently used`
+      const { lines: label, tail } = nodeLabel(item);
+      const one = label.length === 1;
+      g.children[1].textContent = label[0] ?? "";
+      g.children[1].setAttribute("y", one ? 30 : 22);
+      g.children[2].textContent = one ? "" : label[1];
+      g.children[3].textContent = tail;
+      g.children[4].textContent = item.stub ? `${item.folded} nodes folded: the least recently used`
         : item.text ?? (item.ids ? item.ids.join(" ") : `node ${item.id}`);
       const parent = item.parent && state.items.get(item.parent);
       if (parent) {
@@ -115,6 +176,8 @@ function render({ model, el }) {
         lines.delete(key);
       }
     }
+    if (pinned && !state.items.has(pinned)) pinned = null;
+    mark();
     caption.textContent = state.caption;
     program.textContent = state.meta.program ?? "";
     program.hidden = !state.meta.program;
@@ -123,14 +186,72 @@ function render({ model, el }) {
 
   const player = createPlayer(el, {
     frame: model.get("frame"),
-    onShow: (n) => draw(timeline.stateAt(n)),
+    link,
+    timeline,
+    onShow: (n) => {
+      state = timeline.stateAt(n);
+      draw();
+    },
     onSettle(n) {
       model.set("frame", n);
       model.save_changes();
     },
   });
 
-  return follow(model, timeline, player, message, error);
+  // linked views: a node tells the text which tokens it holds; a token tells the tree which node holds it
+  const tell = () => {
+    const item = state?.items.get(hovered ?? pinned);
+    const span = item && !item.stub && item.parent !== null
+      ? { offset: item.offset, tokens: item.tokens, requests: item.requests, node: item.id } : null;
+    announce(HOLD, { link, from: "tree", span });
+    mark();
+  };
+  const keyOf = (target) => target.closest?.("g[data-key]")?.dataset.key ?? null;
+  nodes.addEventListener("mouseover", (e) => {
+    const key = keyOf(e.target);
+    if (key && key !== hovered) {
+      hovered = key;
+      tell();
+    }
+  });
+  nodes.addEventListener("mouseleave", () => {
+    hovered = null;
+    tell();
+  });
+  nodes.addEventListener("click", (e) => {
+    const key = keyOf(e.target);
+    pinned = pinned === key ? null : key;
+    tell();
+  });
+  const onHold = (e) => {
+    if (e.detail.link !== link || e.detail.from === "tree" || !state) return;
+    token = e.detail.token;
+    mark();
+  };
+  if (link) document.addEventListener(HOLD, onHold);
+
+  out.addEventListener("click", () => {
+    scale = Math.max(0.3, (scale ?? Number(el.dataset.scale)) / 1.25);
+    place();
+  });
+  into.addEventListener("click", () => {
+    scale = Math.min(3, (scale ?? Number(el.dataset.scale)) * 1.25);
+    place();
+  });
+  fit.addEventListener("click", () => {
+    scale = null;
+    place();
+  });
+  // the view's width changes (a window resized, a sidebar opened): fit again
+  const resize = typeof ResizeObserver === "undefined" ? null : new ResizeObserver(() => state && place());
+  resize?.observe(wrap);
+
+  const stop = follow(model, timeline, player, message, error);
+  return () => {
+    document.removeEventListener(HOLD, onHold);
+    resize?.disconnect();
+    stop();
+  };
 }
 
 export default { render };

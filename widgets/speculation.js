@@ -1,10 +1,16 @@
-// SpeculationView's drawing: the growing text, a legend, the stats strip, and the selected token's p and q.
-// Python (teachspec/widgets/speculation.py) decides every token's kind and numbers; this only draws them.
+// SpeculationView's drawing: the growing text, a legend, the stats strip, the time lane, and the selected token's
+// p and q. Python (teachspec/widgets/speculation.py) decides every token's kind and numbers; this only draws them.
+//
+// Every token is a chip (whitespace shown as faint glyphs, so a rejected space or newline can be seen and
+// clicked), the chips of one step sit in one bracket, and a long prompt folds into one chip that opens on click.
+// The text box scrolls so the token being decided stays in view. DOM hooks for tests and for linked views: each
+// chip has data-token-index (its place in the text) and data-key, the focused one data-focus, one held by a
+// hovered tree node data-highlight; each step bracket data-step; each legend entry data-legend.
 import {
-  LEGEND, Timeline, alternatives, barScale, decision, decodeFrames, flowText, focusOf, sig, statsStrip, tokenClass,
-  tokenLabel,
+  LEGEND, Timeline, alternatives, barScale, chipParts, decision, decodeFrames, fmt, focusAt, holds, laneRows,
+  promptSummary, sig, statsStrip, stepKey, tokenClass, tokenLabel,
 } from "./helpers.js";
-import { createPlayer, follow } from "./player.js";
+import { HOLD, announce, createPlayer, follow } from "./player.js";
 
 function div(cls, parent) {
   const d = document.createElement("div");
@@ -18,10 +24,17 @@ function legend(parent) {
   for (const [kind, label, meaning] of LEGEND) {
     const chip = document.createElement("span");
     chip.className = tokenClass(kind);
+    chip.dataset.legend = kind;
     chip.textContent = label;
     chip.title = meaning;
     box.append(chip);
   }
+  const unit = document.createElement("span");
+  unit.className = "ts-unit spec ts-legend-unit";
+  unit.dataset.legend = "step";
+  unit.textContent = "one step";
+  unit.title = "the tokens of one step: the draft's guesses, judged by one target pass";
+  box.append(unit);
 }
 
 function drawStats(box, meta) {
@@ -87,57 +100,183 @@ function drawDetail(box, item) {
   box.replaceChildren(head, why, table, note);
 }
 
+// The chip's content: characters as they are, whitespace as faint glyphs (helpers.js chipParts).
+function fillChip(chip, text, id) {
+  const { parts } = chipParts(text, id);
+  chip.replaceChildren(...parts.map((part) => {
+    if (!part.ws) return document.createTextNode(part.text);
+    const ws = document.createElement("span");
+    ws.className = "ws";
+    ws.textContent = part.text;
+    return ws;
+  }));
+}
+
+// The lane: the steps of the focused token's request, each draft and target pass to scale, over what plain
+// decoding would have spent on the same tokens.
+function drawLane(box, steps, current) {
+  if (!steps.length) {
+    box.replaceChildren();
+    return;
+  }
+  const rows = laneRows(steps);
+  const row = (name, segments, ms, meaning) => {
+    const line = document.createElement("div");
+    line.className = "ts-lane-row";
+    line.title = meaning;
+    const label = document.createElement("span");
+    label.className = "ts-lane-label";
+    label.textContent = name;
+    const track = document.createElement("div");
+    track.className = "ts-lane-track";
+    for (const seg of segments) {
+      const bar = document.createElement("div");
+      bar.className = `ts-seg ${seg.kind}${seg.key === current ? " current" : ""}`;
+      bar.dataset.laneStep = seg.key;
+      bar.style.left = `${(100 * seg.start).toFixed(3)}%`;
+      bar.style.width = `${(100 * seg.width).toFixed(3)}%`;
+      bar.title = seg.kind === "draft" ? `draft: ${seg.k} guesses, ${fmt(seg.ms)} ms`
+        : seg.kind === "target" ? `one target pass: ${seg.n} token${seg.n === 1 ? "" : "s"}, ${fmt(seg.ms)} ms`
+          : `plain decoding: one target pass per token, ${fmt(seg.ms)} ms`;
+      track.append(bar);
+    }
+    const total = document.createElement("span");
+    total.className = "ts-lane-total";
+    total.textContent = `${fmt(ms, 1)} ms`;
+    line.append(label, track, total);
+    return line;
+  };
+  const step = steps.find((s) => stepKey(s) === current);
+  const words = document.createElement("div");
+  words.className = "ts-lane-words";
+  words.textContent = !step ? ""
+    : !step.verify_ms ? `this step: ${step.drafted} guesses (${fmt(step.draft_ms)} ms), waiting for the target pass`
+    : step.drafted ? `this step: ${step.drafted} guesses (${fmt(step.draft_ms)} ms), one target pass ` +
+      `(${fmt(step.verify_ms)} ms) → ${step.emitted} token${step.emitted === 1 ? "" : "s"}; plain decoding: ` +
+      `${step.emitted} target pass${step.emitted === 1 ? "" : "es"}`
+      : `this step: plain decoding, one target pass (${fmt(step.verify_ms)} ms) → one token`;
+  box.replaceChildren(
+    row("speculative", rows.spec, rows.specMs, "draft passes (violet) and one target pass (blue) per step"),
+    row("plain", rows.plain, rows.plainMs, "plain decoding: one target pass (grey) per token"),
+    words);
+}
+
+// Scroll `box` (only it, never the page) so that `chip` lies inside it, centred when it had left the view.
+function keepInView(box, chip) {
+  if (!chip || !box.clientHeight) return;
+  const outer = box.getBoundingClientRect(), inner = chip.getBoundingClientRect();
+  const margin = 6;
+  if (inner.top >= outer.top + margin && inner.bottom <= outer.bottom - margin) return;
+  box.scrollTop += inner.top - outer.top - (box.clientHeight - inner.height) / 2;
+}
+
 function render({ model, el }) {
   el.classList.add("ts-view", "ts-spec");
+  el.dataset.link = model.get("link") ?? "";
   legend(el);
   const stats = div("ts-stats", el);
   const caption = div("ts-caption", el);
   const text = div("ts-text", el);
+  const lane = div("ts-lane", el);
   const detail = div("ts-detail", el);
   const message = div("ts-empty", el);
   const error = div("ts-error", el);
+  const link = model.get("link") ?? "";
   const timeline = new Timeline(decodeFrames(model.get("frames_json")));
-  const spans = new Map(); // item key -> its <span>, reused so CSS transitions show each change
-  let state = null, focus = null, selected = null;
+  const chips = new Map(); // item key -> its chip, reused so CSS transitions show each change
+  const units = new Map(); // step key -> its bracket
+  const opened = new Set(); // prompts the user unfolded
+  let state = null, focus = null, selected = null, span = null; // span: the hovered tree node's tokens
+
+  function chipFor(item) {
+    let chip = chips.get(item.key);
+    if (!chip) {
+      chip = document.createElement("span");
+      chip.dataset.key = item.key;
+      chips.set(item.key, chip);
+    }
+    const label = item.kind === "prompt" ? `${promptSummary(item)}${opened.has(item.key) ? " ▾" : " ▸"}`
+      : `${item.text ?? ""}\u0000${item.token}`;
+    if (chip.dataset.label !== label) {
+      chip.dataset.label = label;
+      if (item.kind === "prompt") chip.textContent = label;
+      else fillChip(chip, item.text, item.token);
+    }
+    return chip;
+  }
 
   function draw() {
-    const items = [...state.items.values()].sort((a, b) => a.order - b.order);
-    let previous = null;
+    const items = [...state.items.values()].filter((i) => i.kind !== "step").sort((a, b) => a.order - b.order);
+    const out = [], members = new Map();
+    let index = 0;
     for (const item of items) {
-      let span = spans.get(item.key);
-      if (!span) {
-        span = document.createElement("span");
-        span.dataset.key = item.key;
-        spans.set(item.key, span);
+      const chip = chipFor(item);
+      chip.className = item.kind === "prompt" ? "tok prompt-chip" : tokenClass(item.kind);
+      chip.dataset.tokenIndex = String(index++);
+      chip.toggleAttribute("data-focus", item.key === focus);
+      chip.toggleAttribute("data-highlight", holds(span, item));
+      chip.classList.toggle("selected", item.key === selected);
+      if (item.kind === "prompt") {
+        chip.title = `the prompt of request ${item.request}: ${item.n} tokens (click to ${opened.has(item.key)
+          ? "fold" : "show"} it)`;
+        if (out.length) out.push(Object.assign(document.createElement("div"), { className: "ts-request-break" }));
+        out.push(chip);
+        if (opened.has(item.key)) {
+          const full = document.createElement("div");
+          full.className = "ts-prompt-full";
+          full.textContent = item.text ?? `${item.ids.join(" ")}${item.n > item.ids.length ? " …" : ""}`;
+          out.push(full);
+        }
+        continue;
       }
-      const requestBreak = item.kind === "prompt" && previous !== null;
-      span.className = tokenClass(item.kind) + (requestBreak ? " new-request" : "") +
-        (item.key === focus ? " focus" : "") + (item.key === selected ? " selected" : "");
-      span.textContent = item.kind === "prompt"
-        ? item.text ?? `⟨${item.ids.join(" ")}${item.n > item.ids.length ? " …" : ""}⟩ `
-        : flowText(item.text, item.token);
-      span.title = item.kind === "prompt" ? `prompt of request ${item.request}: ${item.n} tokens` : decision(item);
-      if (span.previousSibling !== previous || span.parentNode !== text) {
-        text.insertBefore(span, previous ? previous.nextSibling : text.firstChild);
+      chip.title = decision(item);
+      const key = stepKey(item);
+      if (!members.has(key)) {
+        let unit = units.get(key);
+        if (!unit) {
+          unit = document.createElement("span");
+          unit.dataset.step = key;
+          units.set(key, unit);
+        }
+        members.set(key, []);
+        out.push(unit);
       }
-      previous = span;
+      members.get(key).push(chip);
+      const { breaks } = chipParts(item.text, item.token);
+      for (let b = 0; b < breaks; b++) members.get(key).push(document.createElement("br"));
     }
-    for (const [key, span] of spans) {
-      if (!state.items.has(key)) {
-        span.remove();
-        spans.delete(key);
+    const steps = new Map([...state.items.values()].filter((i) => i.kind === "step").map((s) => [stepKey(s), s]));
+    for (const [key, unit] of units) {
+      if (!members.has(key)) {
+        units.delete(key);
+        continue;
       }
+      const step = steps.get(key);
+      unit.className = `ts-unit${step?.drafted ? " spec" : " plain"}`;
+      unit.title = step?.drafted ? `step ${step.step}: ${step.drafted} guesses, one target pass, ${step.emitted} ` +
+        `tokens kept` : "plain decoding: one target pass, one token";
+      unit.replaceChildren(...members.get(key));
     }
+    for (const key of chips.keys()) if (!state.items.has(key)) chips.delete(key);
+    text.replaceChildren(...out);
+
+    const focused = state.items.get(focus);
+    const current = focused && focused.kind !== "prompt" ? stepKey(focused) : null;
+    const request = focused?.request;
+    drawLane(lane, [...steps.values()].filter((s) => s.request === request), current);
     drawStats(stats, state.meta);
     caption.textContent = state.caption;
-    drawDetail(detail, state.items.get(selected) ?? state.items.get(focus));
+    drawDetail(detail, state.items.get(selected) ?? focused);
+    keepInView(text, chips.get(selected) ?? chips.get(focus));
   }
 
   const player = createPlayer(el, {
     frame: model.get("frame"),
+    link,
+    timeline,
     onShow(n) {
       state = timeline.stateAt(n);
-      focus = focusOf(timeline.frames[n]);
+      focus = focusAt(timeline.frames, n, state.items);
       draw();
     },
     onSettle(n) {
@@ -146,14 +285,37 @@ function render({ model, el }) {
     },
   });
 
+  const itemOf = (target) => state?.items.get(target.closest?.("[data-key]")?.dataset.key);
   text.addEventListener("click", (e) => {
-    const key = e.target.dataset?.key;
-    if (!key) return;
-    selected = selected === key ? null : key;
+    const item = itemOf(e.target);
+    if (!item) return;
+    if (item.kind === "prompt") {
+      if (opened.has(item.key)) opened.delete(item.key);
+      else opened.add(item.key);
+    } else selected = selected === item.key ? null : item.key;
     draw();
   });
+  // a token points at the tree node that holds it (radix.js), for as long as the pointer is on it
+  text.addEventListener("mouseover", (e) => {
+    const item = itemOf(e.target);
+    if (item) announce(HOLD, { link, from: "text", token: { request: item.request, position: item.position ?? 0 } });
+  });
+  text.addEventListener("mouseleave", () => announce(HOLD, { link, from: "text", token: null }));
+  // a tree node marks the tokens it holds
+  const onHold = (e) => {
+    if (e.detail.link !== link || e.detail.from === "text" || !state) return;
+    span = e.detail.span;
+    draw();
+    const first = text.querySelector("[data-highlight]");
+    if (first && !selected) keepInView(text, first);
+  };
+  if (link) document.addEventListener(HOLD, onHold);
 
-  return follow(model, timeline, player, message, error);
+  const stop = follow(model, timeline, player, message, error);
+  return () => {
+    document.removeEventListener(HOLD, onHold);
+    stop();
+  };
 }
 
 export default { render };

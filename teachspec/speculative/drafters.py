@@ -24,6 +24,15 @@ from transformers import PreTrainedModel
 from teachspec import kv
 from teachspec.checks import check_int
 from teachspec.sampling import SamplingParams, sample, warp
+from teachspec.speculative.tree import TokenTree
+
+
+@dataclass
+class TreeProposal:
+    tree: TokenTree  # node 0 is the last committed token; every other node a guess
+    q: torch.Tensor | None  # (nodes, vocab): q[i] the distribution node i's children were drawn from; None: certain
+    passes: int
+    seconds: float
 
 
 @dataclass
@@ -141,6 +150,34 @@ class NgramDrafter:
 
     def roll_back(self, ids: list[int]) -> None:
         pass  # no cache: a rejected guess leaves nothing behind
+
+    def propose_tree(self, ids: list[int], shape: tuple[int, ...]) -> TreeProposal:
+        """Several matches become several branches: what followed each earlier occurrence of the context's last
+        n tokens (the most recent first, n from n_max down), merged into a tree of at most len(shape) levels with
+        at most shape[d] children per node at depth d. Every guess is certain (q = None)."""
+        t0 = time.perf_counter()
+        parents, tokens = [-1], [ids[-1]]
+        children: dict[tuple[int, int], int] = {}  # (parent node, token) -> node
+        for follow in self._matches(ids):
+            node = 0
+            for d, token in enumerate(ids[follow:follow + len(shape)]):
+                if (node, token) not in children:
+                    if sum(1 for (n, _) in children if n == node) >= shape[d]:
+                        break  # this node has all the branches its depth allows
+                    children[(node, token)] = len(tokens)
+                    parents.append(node)
+                    tokens.append(token)
+                node = children[(node, token)]
+        return TreeProposal(TokenTree(tuple(parents), tuple(tokens)), None, 0, time.perf_counter() - t0)
+
+    def _matches(self, ids: list[int]) -> list[int]:
+        """Where the text after each earlier match of the suffix starts: longest n first, most recent first."""
+        seq, found = torch.tensor(ids, device="cpu"), []
+        for n in range(min(self.n_max, len(ids) - 1), self.n_min - 1, -1):
+            windows = seq[:-1].unfold(0, n, 1)  # (len - n, n)
+            starts = (windows == seq[-n:]).all(-1).nonzero().flatten().tolist()
+            found += [s + n for s in reversed(starts) if s + n not in found]
+        return found
 
     def propose(self, ids: list[int], k: int, params: SamplingParams, generator,
                 stop_below: float | None = None) -> Proposal:

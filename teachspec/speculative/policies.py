@@ -184,7 +184,10 @@ class Adaptive:
         return f"Adaptive(k_max={self.k_max}, alpha~{self.alpha:.2f}, k={self.last_k})"
 
 
-def make_policy(k) -> Constant | Adaptive:
+Policy = Constant | Adaptive  # what a step asks how many tokens to guess: next_k(), stop_below, update(...)
+
+
+def make_policy(k) -> Policy:
     """`k` as the engine's API takes it: an int (constant), a policy name, or a policy object."""
     if isinstance(k, (Constant, Adaptive)):
         return k

@@ -16,6 +16,17 @@ once in Python and stepped through in the browser (play, pause, step, slider, sp
     jupyter nbconvert --to html lecture.ipynb          each view's text/html: the same player as to_html, shown
                                                        when the notebook holds no widget state (nbconvert's
                                                        widget output needs a CDN, so it fails offline)
+
+`decode=` takes a tokenizer, a Pair, a function from ids to text or a pair's name ("tiny"); `pair=` names the pair
+that recorded a trace. Views of one log are linked: stepping one moves the others to the same event.
+
+Where things live, each module importing only those above it in this list:
+
+    frames.py   the frame state machine (Recorder) and replaying frames     text.py    token text, decoders
+    live.py     following a running log without slowing it                  page.py    a view as HTML
+    base.py     ReplayView: a view's frames sent to the browser             layout.py  the tree's layout
+    speculation.py, radix.py   the two views                                svg.py     the tree as a picture
+    export.py   the views of a trace, and export_html                       measure.py, charts.py   numbers
 """
 
 from teachspec.widgets import charts

@@ -1,16 +1,17 @@
-"""What every view shares: turn events into frames, replay a finished log or follow a live one, send to the browser.
+"""ReplayView: a view's frames, sent to the browser; the parent of SpeculationView and RadixTreeView.
 
-A view is a small state machine over events. A subclass says how one event changes its items (`_step`, calling
-`_put` and `_drop`, or `_replace` with all of them) and what its `_meta` is; this class records each event's
-changes as a frame (frames.py) and sends the frames to the browser:
+A view is a small state machine over events (frames.py's Recorder): a subclass says how one event changes its
+items (`_step`, calling `_put` and `_drop`, or `_replace` with all of them) and what its `_meta` is. This class
+feeds it events and sends the frames it makes to the browser:
 
     replay   View(log)          consumes every event already in the log, once
-    live     view.attach(log)   subscribes; events are buffered and turned into frames at most 20 times a second
-                                by a timer thread (see live.py), so the engine never waits for the browser
+    live     view.attach(log)   follows the log (live.py): events are buffered and turned into frames at most 20
+                                times a second by a timer thread, so the engine never waits for the browser
     both     View.live(log)     replays what is there, then follows
 
 Either way the result is the same list of frames: a test checks that a view following a log live holds, after
-every event, exactly the state a view replaying the same events would.
+every event, exactly the state a view replaying the same events would. A page or a file of its own is page.py's
+job (`to_html`, and the text/html a notebook export shows); several views of one trace, export.py's.
 
 How the frames travel matters once a log is long. A synced trait is sent whole each time it is set, so setting
 all frames twenty times a second would cost O(all frames) per update: in the kernel, on the wire and in the
@@ -26,13 +27,17 @@ displayed while the engine runs can miss the first messages) is ignored until th
 everything. Saved widget state, an HTML export and Voila read `frames_json`, complete once the view stops
 following. Each new batch of frames is JSON-encoded once, in one call, and kept as bytes: setting the trait joins
 bytes, and the widget protocol ships bytes as a binary buffer, unparsed.
+
+Views of one log are *linked*: they share `link`, and in the browser stepping any one of them moves the others to
+the same event (widgets/player.js), in a notebook and in an exported page alike.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-import time
+import uuid
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +45,19 @@ import anywidget
 import traitlets
 
 from teachspec.events import Event, EventLog
-from teachspec.widgets import export
-from teachspec.widgets.frames import Snapshot
-from teachspec.widgets.live import Throttle
-from teachspec.widgets.text import TokenText
+from teachspec.widgets import page
+from teachspec.widgets.frames import Recorder, Snapshot
+from teachspec.widgets.live import Following
+from teachspec.widgets.text import TokenText, decoder
+
+_LINKS: "weakref.WeakKeyDictionary[EventLog, str]" = weakref.WeakKeyDictionary()  # log -> its views' link
+
+
+def link_of(log: EventLog | None) -> str:
+    """The link every view of `log` shares (a fresh one for a view of no log)."""
+    if log is None:
+        return uuid.uuid4().hex[:12]
+    return _LINKS.setdefault(log, uuid.uuid4().hex[:12])
 
 
 class ReplayView(anywidget.AnyWidget):
@@ -52,33 +66,32 @@ class ReplayView(anywidget.AnyWidget):
     empty = traitlets.Unicode("").tag(sync=True)      # what the view says while it has no frames
     error = traitlets.Unicode("").tag(sync=True)      # why a live view stopped following, shown in red
     following = traitlets.Bool(False).tag(sync=True)  # attached to a live log
+    link = traitlets.Unicode("").tag(sync=True)       # views with the same link step together in the browser
 
     nothing = "This log holds no events to show."     # the empty view's words; subclasses say more
 
-    def __init__(self, log: EventLog | None = None, decode: Any = None, interval: float = 0.05):
+    def __init__(self, log: EventLog | None = None, decode: Any = None, interval: float = 0.05, pair: Any = None):
         super().__init__()
         if not (isinstance(interval, (int, float)) and interval > 0):
             raise ValueError(f"interval must be a number of seconds > 0 (0.05: at most 20 updates a second), "
                              f"got {interval!r}")
-        self.text = TokenText(decode)
+        if log is not None:
+            _check_log(log)
+        self.text = TokenText(decoder(decode, pair, log))
         self.interval = float(interval)
-        self.failure: Exception | None = None    # what stopped a live view, re-raised by flush() and detach()
+        self.link = link_of(log)
         self.publishes = 0                       # times the frames were sent to the browser
-        self.work_s = 0.0                        # CPU seconds the timer thread spent on this view's live updates
-        self.items: dict[str, dict] = {}         # the state now: key -> item
-        self.meta: dict = {}
+        self._recorder = Recorder()
         self._lock = threading.RLock()           # the timer thread and the caller's thread both consume events
-        self._frames: list[dict] = []
         self._chunks: list[bytes] = []           # the frames as JSON, one chunk per batch: b'{..},{..}', no brackets
         self._encoded = 0                        # frames in the chunks so far
         self._size = self._synced = 0            # bytes in the chunks, and in them when frames_json was last set
-        self._changed: dict[str, bool] = {}      # keys the current event put or dropped -> did it exist before
-        self._caption, self._event = "", -1      # of the newest frame
         self._seen = 0                           # events consumed: the index of the next one
-        self._throttle: Throttle | None = None
-        self._unsubscribe = None
+        self._following: Following | None = None
+        self._failure: Exception | None = None
+        self._work_s = 0.0
         if log is not None:
-            self._consume(_check_log(log).events)
+            self._consume(log.events)
         self._publish()
 
     # -- what a subclass provides -------------------------------------------------------------------------------
@@ -90,77 +103,68 @@ class ReplayView(anywidget.AnyWidget):
     def _meta(self) -> dict:
         raise NotImplementedError
 
-    # -- changing items ------------------------------------------------------------------------------------------
+    # -- the state, through the recorder (frames.py) -------------------------------------------------------------
+
+    @property
+    def items(self) -> dict[str, dict]:
+        return self._recorder.items
+
+    @property
+    def meta(self) -> dict:
+        return self._recorder.meta
 
     def _put(self, item: dict) -> None:
-        """Add or replace an item (never change one in place: frames hold references to the old ones)."""
-        key = item["key"]
-        self._changed.setdefault(key, key in self.items)
-        self.items[key] = item
+        self._recorder.put(item)
 
     def _drop(self, key: str) -> None:
-        self._changed.setdefault(key, True)
-        del self.items[key]
+        self._recorder.drop(key)
 
     def _replace(self, items: dict[str, dict]) -> None:
-        """Make `items` the whole state; only what differs goes into the frame."""
-        for key in [k for k in self.items if k not in items]:
-            self._drop(key)
-        for key, item in items.items():
-            if self.items.get(key) != item:
-                self._put(item)
-
-    # -- replay --------------------------------------------------------------------------------------------------
+        self._recorder.replace(items)
 
     @property
     def frames(self) -> list[dict]:
         """Every frame so far (frames.py); the browser receives them as `frames_json`."""
         with self._lock:
-            return list(self._frames)
+            return list(self._recorder.frames)
 
     def snapshot(self) -> Snapshot:
         """The view's state after the last event it consumed (what the browser shows at the newest frame)."""
         with self._lock:
-            return Snapshot(dict(self.items), self.meta, self._caption, self._event)
+            return self._recorder.snapshot()
 
     def _consume(self, events: list[Event]) -> None:
         with self._lock:
             for event in events:
                 index, self._seen = self._seen, self._seen + 1
                 caption = self._step(event, index)
-                if caption is None:
-                    continue
-                frame = {"event": index, "caption": caption,
-                         "put": [self.items[k] for k in self._changed if k in self.items],
-                         "drop": [k for k, existed in self._changed.items() if existed and k not in self.items]}
-                meta = self._meta()
-                if meta != self.meta:
-                    frame["meta"] = self.meta = meta
-                self._changed = {}
-                self._frames.append(frame)
-                self._caption, self._event = caption, index
+                if caption is not None:
+                    self._recorder.record(index, caption, self._meta())
+
+    # -- to the browser ------------------------------------------------------------------------------------------
 
     def _publish(self, whole: bool = True) -> None:
         """Send the frames made since the last time: all of them as `frames_json` if `whole`, else a delta."""
+        frames = self._recorder.frames
         with self._lock, self.hold_sync():  # the traits that changed go in one message
-            start, new = self._encoded, self._frames[self._encoded:]
+            start, new = self._encoded, frames[self._encoded:]
             if new:  # the batch is encoded in one call; its brackets come off so chunks join into one array
                 chunk = json.dumps(new, ensure_ascii=False, separators=(",", ":")).encode()[1:-1]
                 self._chunks.append(chunk)
-                self._encoded, self._size = len(self._frames), self._size + len(chunk)
+                self._encoded, self._size = len(frames), self._size + len(chunk)
             if whole or self._size > 2 * self._synced:
                 self.frames_json = b"[" + b",".join(self._chunks) + b"]"
                 self._synced = self._size
             elif new:
                 self.send({"start": start}, [b"[" + chunk + b"]"])
-            self.empty = "" if self._frames else ("Waiting for events..." if self.following else self.nothing)
+            self.empty = "" if frames else ("Waiting for events..." if self.following else self.nothing)
             self.publishes += 1
 
-    # -- without a kernel ----------------------------------------------------------------------------------------
-
     def to_html(self, path: str | Path) -> Path:
-        """Write this view's replay as one self-contained HTML file that plays offline (export.py)."""
-        return export.export_html(self, path)
+        """Write this view's replay as one self-contained HTML file that plays offline (page.py)."""
+        with self._lock:
+            self._publish()
+        return page.write([self], path)
 
     def _repr_mimebundle_(self, **kwargs):
         """The widget, plus the replay as plain HTML for pages with no widget manager (an nbconvert export).
@@ -170,9 +174,19 @@ class ReplayView(anywidget.AnyWidget):
         data, metadata = super()._repr_mimebundle_(**kwargs)
         with self._lock:
             self._publish()  # frames_json up to date (a live view sends deltas between snapshots)
-            return {**data, "text/html": export.fragment(self)}, metadata
+            return {**data, "text/html": page.fragment(self)}, metadata
 
-    # -- live ----------------------------------------------------------------------------------------------------
+    # -- live (live.py) ------------------------------------------------------------------------------------------
+
+    @property
+    def failure(self) -> Exception | None:
+        """What stopped a live view, re-raised by flush() and detach()."""
+        return self._following.failure if self._following is not None else self._failure
+
+    @property
+    def work_s(self) -> float:
+        """CPU seconds the timer thread spent on this view's live updates."""
+        return self._work_s + (self._following.work_s if self._following is not None else 0.0)
 
     @classmethod
     def live(cls, log: EventLog, **kwargs) -> "ReplayView":
@@ -182,10 +196,9 @@ class ReplayView(anywidget.AnyWidget):
     def attach(self, log: EventLog) -> "ReplayView":
         """Follow `log` from now on (events already in it are not replayed: build the view from it for those)."""
         _check_log(log)
-        if self._throttle is not None:
+        if self._following is not None:
             raise ValueError("this view already follows a log; call detach() before attaching it to another")
-        self._throttle = Throttle(self._flush_live, self.interval)
-        self._unsubscribe = log.subscribe(self._throttle.add)
+        self._following = Following(log, self._update, self._show_failure, self.interval)
         self.following = True
         self._publish()
         return self
@@ -194,8 +207,8 @@ class ReplayView(anywidget.AnyWidget):
         """Turn every buffered event into frames and send them all now, instead of at the next tick."""
         if self.failure is not None:
             raise self.failure
-        if self._throttle is not None:
-            self._throttle.hand_over()  # in this thread, in turn with the timer's hand-overs
+        if self._following is not None:
+            self._following.flush()
             self._publish()
         if self.failure is not None:
             raise self.failure
@@ -203,32 +216,26 @@ class ReplayView(anywidget.AnyWidget):
 
     def detach(self) -> "ReplayView":
         """Stop following: the buffered events are shown, later ones are not."""
-        if self._throttle is not None:
-            self._unsubscribe()
-            self._throttle.close()  # its last flush shows what was still buffered
-            self._throttle = self._unsubscribe = None
+        following = self._following
+        if following is not None:
+            following.stop()  # its last hand-over shows what was still buffered
+            self._failure, self._work_s = following.failure, self._work_s + following.work_s
+            self._following = None
             self.following = False
             self._publish()
         if self.failure is not None:
             raise self.failure
         return self
 
-    def _flush_live(self, batch: list[Event]) -> None:
-        """The timer thread's work. An exception here would vanish with the thread, so it is shown in the view."""
-        if self.failure is not None:  # the view's state is broken: it shows the error, not later events
-            return
-        start = time.thread_time()
-        try:
-            with self._lock:
-                self._consume(batch)
-                self._publish(whole=False)
-            self.work_s += time.thread_time() - start
-        except Exception as e:  # any error at all: shown to the student, kept for flush() and detach() to raise
-            self.failure = e
-            if self._unsubscribe is not None:
-                self._unsubscribe()
-            self.error = f"{type(e).__name__}: {e}"
-            self.following = False
+    def _update(self, batch: list[Event]) -> None:
+        """The timer thread's work: the batch's frames, sent as a delta."""
+        with self._lock:
+            self._consume(batch)
+            self._publish(whole=False)
+
+    def _show_failure(self, e: Exception) -> None:
+        self.error = f"{type(e).__name__}: {e}"
+        self.following = False
 
 
 def _check_log(log: Any) -> EventLog:

@@ -6,8 +6,20 @@
     cache_over_time(log)          cached and locked tokens, and the hit rate of each lookup
     speedup_vs_k({k: log, ...})   measured speedup for several k, against theory.speedup
 
-Each takes an EventLog and returns a `plotly.graph_objects.Figure`, which a notebook shows as it is (no widget
-and no network needed). A log with nothing to plot gives a figure that says so.
+Each takes an EventLog and returns a `Chart`: a `plotly.graph_objects.Figure` that a notebook shows as it is (no
+widget and no network needed) and that carries its own static picture. A log with nothing to plot gives a figure
+that says so. Every chart of the course, these and the ones the notebooks draw themselves, starts from `figure`:
+
+    fig = figure("Hit rate against cache size", "cache budget (tokens)", "hit rate")
+    fig.add_scatter(x=..., y=..., name="lpm", line_color=COLORS["lpm"])
+
+so they share one style: 16 px text (readable at 1280 x 720), the legend in a row above the plot where no axis
+can collide with it, and the same colour for the same thing in every chart (COLORS). A Chart's display bundle
+holds plotly's JSON and an SVG drawing of the same figure (chartsvg.py): JupyterLab draws the interactive chart,
+while a page without plotly.js (a code-hosting site, nbviewer, `jupyter nbconvert --to html`) shows the SVG.
+
+alpha is the same number everywhere: accepted / judged guesses (a guess after the first rejection of its step is
+never judged), as `Stats.alpha` and measure.Running count it.
 """
 
 from __future__ import annotations
@@ -17,21 +29,48 @@ from collections.abc import Mapping
 import plotly.graph_objects as go
 
 from teachspec import theory
-from teachspec.events import Draft, EventLog, Evict, Finish, Insert, Lock, Match, Plain, RequestStart, Unlock, \
-    Verify
+from teachspec.events import Draft, EventLog, Evict, Finish, Insert, Lock, Match, RequestStart, Unlock, Verify
+from teachspec.widgets.chartsvg import FONT, figure_svg
 from teachspec.widgets.measure import Running, steps
 
-DRAFT, TARGET = "#8b5cf6", "#2563eb"
+COLORS = {                     # one colour per thing, in every chart and in the views (widgets/teachspec.css)
+    "draft": "#8b5cf6",        # the draft model, its passes and its guesses
+    "target": "#2563eb",       # the target model, its passes; measured values
+    "formula": "#ea580c",      # a prediction: Eq. (1), Theorem 3.8, alpha^(i+1)
+    "plain": "#6b7280",        # plain decoding, the baseline
+    "in_use": "#0d9488",       # tokens locked by a running request (a state, not an error: never red)
+    "hit": "#16a34a",          # cache hits
+    "fcfs": "#6b7280", "lpm": "#db2777", "dfs": "#0891b2",  # the schedules of notebook 6
+}
+DRAFT, TARGET = COLORS["draft"], COLORS["target"]
 
 
-def _figure(title: str, x: str, y: str) -> go.Figure:
-    fig = go.Figure()
-    fig.update_layout(title=title, xaxis_title=x, yaxis_title=y, template="plotly_white",
-                      margin=dict(l=60, r=30, t=60, b=50), height=360)
+class Chart(go.Figure):
+    """A plotly Figure that also carries its static picture, for the pages that cannot run plotly.js."""
+
+    def to_svg(self) -> str:
+        return figure_svg(self)
+
+    def _repr_mimebundle_(self, include=None, exclude=None, validate=True, **kwargs):
+        bundle = super()._repr_mimebundle_(include, exclude, validate, **kwargs)
+        return {**bundle, "image/svg+xml": self.to_svg()}
+
+    def _ipython_display_(self):
+        from IPython.display import display  # here: the package imports without IPython
+        display(self._repr_mimebundle_(), raw=True)
+
+
+def figure(title: str, x: str, y: str, height: int = 400) -> Chart:
+    """An empty chart in the course's one style; add traces with the colours of COLORS."""
+    fig = Chart()
+    fig.update_layout(title=dict(text=title, font_size=FONT + 4), xaxis_title=x, yaxis_title=y,
+                      template="plotly_white", font=dict(size=FONT), height=height,
+                      margin=dict(l=80, r=80, t=110, b=60),
+                      legend=dict(orientation="h", x=0, xanchor="left", y=1.02, yanchor="bottom"))
     return fig
 
 
-def _nothing(fig: go.Figure, what: str) -> go.Figure:
+def _nothing(fig: go.Figure, what: str) -> Chart:
     fig.add_annotation(text=f"no {what} in this log", showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)
     return fig
 
@@ -43,9 +82,9 @@ def _running(log: EventLog) -> Running:
     return running
 
 
-def acceptance_by_position(log: EventLog) -> go.Figure:
+def acceptance_by_position(log: EventLog) -> Chart:
     """Share of drafts whose guess i was accepted; guess i survives only if guesses 0 .. i-1 did too."""
-    fig = _figure("Acceptance by draft position", "position in the draft (i)", "accepted")
+    fig = figure("Acceptance by draft position", "position in the draft (i)", "accepted")
     drafted, accepted = [], []
     for s in steps(log):
         for i, ok in enumerate(s.accepted_at):
@@ -62,35 +101,38 @@ def acceptance_by_position(log: EventLog) -> go.Figure:
     alpha = _running(log).alpha
     if alpha is not None:
         fig.add_scatter(x=list(range(len(rates))), y=[alpha ** (i + 1) for i in range(len(rates))],
-                        name=f"alpha^(i+1), alpha = {alpha:.2f}", mode="lines+markers", line_dash="dash")
+                        name=f"alpha^(i+1), alpha = {alpha:.2f} (accepted / judged guesses)",
+                        mode="lines+markers", line=dict(dash="dash", color=COLORS["formula"]))
     fig.update_yaxes(range=[0, 1.1])
+    fig.update_xaxes(dtick=1)
     return fig
 
 
-def tokens_per_pass(log: EventLog) -> go.Figure:
+def tokens_per_pass(log: EventLog) -> Chart:
     """How many tokens each target pass yielded: 1 .. k + 1."""
-    fig = _figure("Tokens per target pass", "tokens emitted by one pass", "passes")
+    fig = figure("Tokens per target pass", "tokens emitted by one pass", "passes")
     counts = [s.emitted for s in steps(log) if s.emitted]
     if not counts:
         return _nothing(fig, "target passes")
     fig.add_histogram(x=counts, xbins=dict(start=0.5, end=max(counts) + 0.5, size=1), marker_color=TARGET,
                       name="passes")
     mean = sum(counts) / len(counts)
-    fig.add_vline(x=mean, line_dash="solid", annotation_text=f"measured mean {mean:.2f}")
+    fig.add_vline(x=mean, line_dash="solid", line_color=COLORS["target"], annotation_text=f"measured mean {mean:.2f}")
     running = _running(log)
     if running.alpha is not None:
         k = max(1, round(running.k))
         predicted = float(theory.expected_tokens(running.alpha, k))
-        fig.add_vline(x=predicted, line_dash="dash", annotation_text=f"Eq. (1): {predicted:.2f}",
+        fig.add_vline(x=predicted, line_dash="dash", line_color=COLORS["formula"],
+                      annotation_text=f"Eq. (1): {predicted:.2f}",
                       annotation_position="bottom right")
     fig.update_xaxes(dtick=1)
     return fig
 
 
-def timeline(log: EventLog) -> go.Figure:
+def timeline(log: EventLog) -> Chart:
     """Every draft and target pass as a bar from its start to its end, in ms since the first one began."""
-    fig = _figure("Where the time goes", "ms since the first pass began", "")
-    passes = [(e, "draft" if isinstance(e, Draft) else "target") for e in log if isinstance(e, (Draft, Verify, Plain))]
+    fig = figure("Where the time goes", "ms since the first pass began", "")
+    passes = [(e, "draft" if isinstance(e, Draft) else "target") for e in log if isinstance(e, (Draft, Verify))]
     if not passes:
         return _nothing(fig, "draft or target passes")
     t0 = min(1e3 * e.t - e.ms for e, _ in passes)  # events are stamped when a pass ends
@@ -104,9 +146,9 @@ def timeline(log: EventLog) -> go.Figure:
     return fig
 
 
-def cache_over_time(log: EventLog) -> go.Figure:
+def cache_over_time(log: EventLog) -> Chart:
     """Tokens cached and locked after every cache event, and each lookup's hit rate (matched / prompt tokens)."""
-    fig = _figure("Radix cache over time", "cache event", "tokens")
+    fig = figure("Radix cache over time", "cache event", "tokens")
     prompts = {e.request: e.prompt_tokens for e in log if isinstance(e, RequestStart)}
     total = protected = 0
     xs, totals, locked, hits = [], [], [], []
@@ -127,18 +169,21 @@ def cache_over_time(log: EventLog) -> go.Figure:
     if not xs:
         return _nothing(fig, "radix cache events")
     fig.add_scatter(x=xs, y=totals, name="cached tokens", line_shape="hv", line_color=TARGET)
-    fig.add_scatter(x=xs, y=locked, name="locked (in use)", line_shape="hv", line_color="#dc2626")
+    fig.add_scatter(x=xs, y=locked, name="locked (in use)", line_shape="hv", line_color=COLORS["in_use"])
     if hits:
         fig.add_scatter(x=[x for x, _ in hits], y=[h for _, h in hits], name="hit rate of a lookup",
-                        mode="markers", yaxis="y2", marker=dict(color="#16a34a", size=9))
+                        mode="markers", yaxis="y2", marker=dict(color=COLORS["hit"], size=9))
         fig.update_layout(yaxis2=dict(title="hit rate", overlaying="y", side="right", range=[0, 1.05]))
     return fig
 
 
-def speedup_vs_k(runs: Mapping[int, EventLog], k_max: int | None = None) -> go.Figure:
+def speedup_vs_k(runs: Mapping[int, EventLog], k_max: int | None = None, alpha: float | None = None,
+                 c: float | None = None) -> Chart:
     """Measured speedup of each run over runs[0] (plain decoding, k = 0) against theory.speedup.
 
-    The curve uses alpha and c pooled over the runs that speculate. One engine (so one log) per k:
+    The curve uses `alpha` and `c` when given (a notebook passes the numbers it printed, so a chart never shows
+    another), else both pooled over every step of the runs that speculate (measure.Running: alpha is accepted /
+    judged guesses, as everywhere). One engine (so one log) per k:
 
         runs = {}
         for k in (0, 1, 2, 4, 8):
@@ -150,23 +195,26 @@ def speedup_vs_k(runs: Mapping[int, EventLog], k_max: int | None = None) -> go.F
         got = sorted(runs) if isinstance(runs, Mapping) else type(runs).__name__
         raise ValueError(f"runs must map draft lengths k to EventLogs and include k = 0, the plain-decoding "
                          f"baseline every speedup is measured against; got {got}")
-    fig = _figure("Speedup against k", "draft length k", "speedup over plain decoding")
+    fig = figure("Speedup against k", "draft length k", "speedup over plain decoding")
     rate = {k: _tokens_per_s(log) for k, log in runs.items()}
     if not rate[0]:
         return _nothing(fig, "finished requests in the k = 0 run")
     ks = sorted(k for k in runs if rate[k])
     fig.add_scatter(x=ks, y=[rate[k] / rate[0] for k in ks], mode="markers", name="measured",
-                    marker=dict(size=11, color=TARGET))
+                    marker=dict(size=12, color=COLORS["target"]))
     pooled = Running()
     for k, log in runs.items():
         if k:
             for e in log:
                 pooled.add(e)
-    if pooled.alpha is not None and pooled.c is not None:
+    alpha = pooled.alpha if alpha is None else alpha
+    c = pooled.c if c is None else c
+    if alpha is not None and c is not None:
         grid = list(range(0, (k_max if k_max is not None else max(ks) + 2) + 1))
-        fig.add_scatter(x=grid, y=[float(theory.speedup(pooled.alpha, k, pooled.c)) for k in grid], mode="lines",
-                        name=f"Theorem 3.8: alpha = {pooled.alpha:.2f}, c = {pooled.c:.3f}", line_dash="dash")
-    fig.add_hline(y=1, line_color="#9ca3af")
+        fig.add_scatter(x=grid, y=[float(theory.speedup(alpha, k, c)) for k in grid], mode="lines",
+                        name=f"Theorem 3.8: alpha = {alpha:.2f}, c = {c:.3f}",
+                        line=dict(dash="dash", color=COLORS["formula"]))
+    fig.add_hline(y=1, line_color=COLORS["plain"])
     return fig
 
 

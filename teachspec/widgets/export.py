@@ -1,92 +1,47 @@
-"""A replay as ONE self-contained HTML file: for a lecture hall with no kernel, no server and no network.
+"""Views of a trace, and `export_html`: one page holding several views, for a room with no kernel.
 
-A view's frames are computed in Python once, and stepping through them happens in the browser (frames.py), so a
-replay needs nothing but its front-end modules, its CSS and its frames. `export_html` writes all three into a
-single file that plays from `file://`: play, pause, step, slider and speed, with every request to anywhere
-refused (tests/browser/test_offline.py checks exactly that in headless Chromium).
+A saved trace (or an EventLog) becomes the two views that read it, a SpeculationView over a RadixTreeView; both
+are built from the same log, so they are linked and one timeline drives both (base.py). Then page.py writes them
+as one self-contained HTML file:
 
-    view.to_html("replay.html")                                    one view
-    export_html([spec_view, tree_view], "replay.html")             several, one under the other
-    export_html("trace.jsonl", "replay.html", decode=pair)         a saved trace: both views of it
-
-The page hands each view's `render` a small stand-in for the widget model: `get` reads the saved traits, `set`
-keeps the frame the player is on, and nothing is ever sent, because nobody listens. `fragment()` is the same
-player without the page around it; a view puts it in its display data as `text/html`, which is what
-`jupyter nbconvert --to html` shows when the notebook carries no widget state (nbconvert's own widget output
-loads its widget manager from a CDN, which a room without network cannot reach).
+    export_html("trace.jsonl", "replay.html", pair="tiny")         both views of a saved trace
+    export_html([spec_view, tree_view], "replay.html")             views built already
+    views_of("trace.jsonl", pair="tiny")                           the two views, for a notebook cell
 """
 
 from __future__ import annotations
 
-import html
-import json
-import uuid
 from pathlib import Path
 from typing import Any
 
 from teachspec.events import EventLog
-
-# The traits a view's front end reads; the frames travel as a parsed JSON array, which decodeFrames accepts.
-STATE = ("frame", "empty", "error")
-
-
-def fragment(view: Any) -> str:
-    """`view`'s replay as an HTML fragment that runs by itself: its CSS, its frames and its module, inlined."""
-    esm = view._esm
-    if "export default { render }" not in esm:
-        raise ValueError(f"{type(view).__name__}'s front-end module must end with `export default {{ render }}`: "
-                         f"the exported page calls that render function")
-    if "</script" in esm.lower():
-        raise ValueError(f"{type(view).__name__}'s front-end module contains '</script', which would end the "
-                         f"inlined <script> early")
-    key = uuid.uuid4().hex[:12]
-    state = {name: getattr(view, name) for name in STATE}
-    state["following"] = False  # a page is a replay: whatever the view was following has ended
-    # "<" escaped inside the JSON, so no text in a frame can close the <script> that holds it
-    data = json.dumps(state, ensure_ascii=False).replace("<", "\\u003c")
-    frames = view.frames_json.decode("utf-8").replace("<", "\\u003c")
-    return f"""<div class="teachspec-export">
-<style>{view._css}</style>
-<div id="ts-{key}"></div>
-<script type="application/json" id="ts-{key}-state">{data}</script>
-<script type="application/json" id="ts-{key}-frames">{frames}</script>
-<script type="module">
-{esm}
-;{{
-  // the widget model, standing in: the saved traits, and a frame number that stays in this page
-  const state = JSON.parse(document.getElementById("ts-{key}-state").textContent);
-  state.frames_json = JSON.parse(document.getElementById("ts-{key}-frames").textContent);
-  const model = {{ get: (name) => state[name], set: (name, value) => {{ state[name] = value; }},
-                  save_changes() {{}}, on() {{}}, off() {{}}, send() {{}} }};
-  render({{ model, el: document.getElementById("ts-{key}") }});
-}}
-</script>
-</div>"""
+from teachspec.widgets import page
+from teachspec.widgets.base import ReplayView
+from teachspec.widgets.radix import RadixTreeView
+from teachspec.widgets.speculation import SpeculationView
 
 
-def export_html(views: Any, path: str | Path, title: str = "teachspec replay", decode: Any = None) -> Path:
+def views_of(trace: EventLog | str | Path, decode: Any = None, pair: Any = None,
+             budget: int | None = None) -> list[ReplayView]:
+    """A SpeculationView and a RadixTreeView of `trace` (an EventLog or a trace file), linked."""
+    log = EventLog.load(trace) if isinstance(trace, (str, Path)) else trace
+    if not isinstance(log, EventLog):
+        raise TypeError(f"trace must be an EventLog or the path of a saved trace, got {type(trace).__name__}")
+    return [SpeculationView(log, decode=decode, pair=pair), RadixTreeView(log, decode=decode, pair=pair,
+                                                                           budget=budget)]
+
+
+def export_html(views: Any, path: str | Path, title: str = "teachspec replay", decode: Any = None,
+                pair: Any = None) -> Path:
     """Write `views` (a view, a list of views, an EventLog or a trace file) as one HTML page; return its path.
 
-    An EventLog or a trace path becomes a SpeculationView and a RadixTreeView of it, decoded with `decode`.
+    An EventLog or a trace path becomes its two linked views (`views_of`), decoded with `decode` or `pair`.
     """
-    # here, not at the top: the views import this module for their own to_html()
-    from teachspec.widgets.base import ReplayView
-    from teachspec.widgets.radix import RadixTreeView
-    from teachspec.widgets.speculation import SpeculationView
-
-    if isinstance(views, (str, Path)):
-        views = EventLog.load(views)
-    if isinstance(views, EventLog):
-        views = [SpeculationView(views, decode=decode), RadixTreeView(views, decode=decode)]
+    if isinstance(views, (str, Path, EventLog)):
+        views = views_of(views, decode=decode, pair=pair)
     if isinstance(views, ReplayView):
         views = [views]
     if not (isinstance(views, (list, tuple)) and views and all(isinstance(v, ReplayView) for v in views)):
         raise TypeError(f"views must be a view, a non-empty list of views, an EventLog or a trace path, "
                         f"got {views!r:.80}")
-    body = "\n".join(fragment(view) for view in views)
-    page = (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>{html.escape(title)}'
-            f'</title>\n</head>\n<body>\n<h1 style="font: 600 18px sans-serif">{html.escape(title)}</h1>\n'
-            f'{body}\n</body>\n</html>\n')
-    path = Path(path)
-    path.write_text(page, encoding="utf-8")
-    return path
+    return page.write(list(views), path, title)

@@ -10,6 +10,10 @@ idle live view costs nothing.
 Why time-based: a browser redraw per event would mean one widget message per token, thousands a second on a
 fast model, which is slower than the decoding it shows. Twenty updates a second already looks continuous; the
 browser animates within a batch by itself.
+
+`Following` is one view following one log: it subscribes the throttle, hands each batch to the view's `update`,
+and, because an exception in the worker thread would vanish with the thread, keeps the first one as `failure`
+and stops following, for the view to show and for `flush()` and `detach()` to raise.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ import threading
 import time
 from collections import deque
 from typing import Any, Callable
+
+from teachspec.events import Event, EventLog
 
 
 class Throttle:
@@ -73,3 +79,41 @@ class Throttle:
         self._closed.set()
         self._wake.set()
         self._worker.join()
+
+
+class Following:
+    """`update(batch)` called with the events `log` receives, at most once per `interval`, until `stop()`."""
+
+    def __init__(self, log: EventLog, update: Callable[[list[Event]], None], on_failure: Callable[[Exception], None],
+                 interval: float = 0.05):
+        self._update, self._on_failure = update, on_failure
+        self.failure: Exception | None = None
+        self.work_s = 0.0                 # CPU seconds the worker spent in `update`
+        self._throttle = Throttle(self._run, interval)
+        self._unsubscribe: Callable[[], None] | None = log.subscribe(self._throttle.add)
+
+    def _run(self, batch: list[Event]) -> None:
+        if self.failure is not None:  # the view's state is broken: it shows the error, not later events
+            return
+        start = time.thread_time()
+        try:
+            self._update(batch)
+            self.work_s += time.thread_time() - start
+        except Exception as e:  # any error at all: kept, and shown by the view
+            self.failure = e
+            self._unsubscribe_once()
+            self._on_failure(e)
+
+    def _unsubscribe_once(self) -> None:
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+
+    def flush(self) -> None:
+        """Hand over what is buffered now, in this thread, in turn with the worker's hand-overs."""
+        self._throttle.hand_over()
+
+    def stop(self) -> None:
+        """Unsubscribe, then hand over what was still buffered and end the worker."""
+        self._unsubscribe_once()
+        self._throttle.close()

@@ -1,11 +1,12 @@
 """Measuring speculation from its events: the numbers in the stats strip and the charts.
 
-Per step (one draft, one target pass) the log says how many tokens were guessed, how many of them the target
+Per step (one draft, one target pass; plain decoding is a step with no draft) the log says how many tokens were guessed, how many of them the target
 judged and accepted, and how many tokens came out. From the running sums:
 
     alpha       accepted / judged guesses. A guess after the first rejection is never judged (the step stops
                 there), so it is not counted; this is the per-guess acceptance rate the formula assumes.
-                (Stats.alpha divides by every drafted guess, judged or not, as vLLM does: a smaller number.)
+                Stats.alpha is the same ratio, so a chart and a printed Stats agree on the same steps
+                (Stats.decoding.alpha leaves out the first step, which also reads the prompt).
     tokens/pass emitted tokens / target passes: the Eq. (1) quantity, (1 - alpha^(k+1)) / (1 - alpha) predicted
     c           draft time per drafted token / target time per pass (Leviathan et al.'s cost ratio)
     predicted   theory.speedup(alpha, k, c) with k the mean draft length, rounded
@@ -19,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from teachspec import theory
-from teachspec.events import Accept, Bonus, Draft, Event, Plain, Reject, Resample, Verify
+from teachspec.events import Accept, Bonus, Draft, Event, Reject, Resample, Verify
 
 
 @dataclass(slots=True)
@@ -40,13 +41,13 @@ def steps(events: Iterable[Event]) -> list[Step]:
     """One Step per (request, step) in the log, in order."""
     by_key: dict[tuple[int, int], Step] = {}
     for e in events:
-        if not isinstance(e, (Draft, Verify, Accept, Reject, Resample, Bonus, Plain)):
+        if not isinstance(e, (Draft, Verify, Accept, Reject, Resample, Bonus)):
             continue
         s = by_key.setdefault((e.request, e.step), Step(e.request, e.step))
         if isinstance(e, Draft):
             s.drafted, s.draft_ms = len(e.tokens), e.ms
             s.accepted_at = [False] * len(e.tokens)
-        elif isinstance(e, (Verify, Plain)):
+        elif isinstance(e, Verify):  # a target pass, whether or not guesses came before it
             s.verify_ms, s.t = e.ms, e.t
         if isinstance(e, (Accept, Reject)):
             s.judged += 1
@@ -54,7 +55,7 @@ def steps(events: Iterable[Event]) -> list[Step]:
             s.accepted += 1
             if e.i < len(s.accepted_at):
                 s.accepted_at[e.i] = True
-        if isinstance(e, (Accept, Resample, Bonus, Plain)):
+        if isinstance(e, (Accept, Resample, Bonus)):
             s.emitted += 1
     return list(by_key.values())
 
@@ -76,13 +77,13 @@ class Running:
             self.drafts += 1
             self.drafted += len(e.tokens)
             self.draft_ms += e.ms
-        elif isinstance(e, (Verify, Plain)):
+        elif isinstance(e, Verify):  # a target pass, whether or not guesses came before it
             self.passes += 1
             self.verify_ms += e.ms
         if isinstance(e, (Accept, Reject)):
             self.judged += 1
             self.accepted += isinstance(e, Accept)
-        if isinstance(e, (Accept, Resample, Bonus, Plain)):
+        if isinstance(e, (Accept, Resample, Bonus)):
             self.emitted += 1
 
     @property

@@ -11,8 +11,14 @@ own, so a saved trace shows the same pictures as the live cache did:
     Unlock    and loses it again
 
 Events carry token counts, not token ids. A node's text is recovered when its insert belongs to a request the
-log also recorded (RequestStart gives the prompt, Accept/Resample/Bonus/Plain the new tokens) and the path it
-hangs from spells the start of that request's sequence; otherwise the node shows its id and token count.
+log also recorded (RequestStart gives the prompt, Accept/Resample/Bonus the new tokens) and the path it
+hangs from spells the start of that request's sequence, or when the Insert event carries the ids itself (an `ids`
+field); otherwise the node shows its id and token count.
+
+Each drawn node also says where its tokens sit in the text: `offset`, the tokens above it on its path, and
+`requests`, the last few requests whose sequence runs through it (they matched it, or inserted it). The browser
+uses them to link the views: hovering a node marks tokens offset .. offset + tokens of those requests in a
+SpeculationView of the same log, and a token points back at the node that holds it.
 
 Above the tree a line names the program step running (ProgramStep and ProgramSpan events, from
 teachspec.program), so the tree is seen growing call by call.
@@ -28,7 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from teachspec.events import Accept, Bonus, Event, Evict, Insert, Lock, Match, Plain, ProgramSpan, ProgramStep, \
+from teachspec.events import Accept, Bonus, Event, Evict, Insert, Lock, Match, ProgramSpan, ProgramStep, \
     RequestStart, Resample, Split, Unlock
 from teachspec.widgets import assets, layout, svg
 from teachspec.widgets.base import ReplayView
@@ -44,6 +50,7 @@ class Node:
     ids: list[int] | None = None        # the run itself, when the view could recover it (see the docstring)
     locks: int = 0
     children: list[int] = field(default_factory=list)  # in creation order: what keeps the layout stable
+    requests: list[int] = field(default_factory=list)  # the last few requests whose sequence runs through it
     depth: int = 0                      # the root's is 0
     size: int = 1                       # nodes in its subtree, itself included  } kept up to date here, so
     weight: int = 0                     # tokens in its subtree                   } folding never walks the tree
@@ -56,7 +63,7 @@ class RadixTreeView(ReplayView):
     nothing = "No radix cache events in this log yet: give the RadixCache this log as its events."
 
     def __init__(self, log=None, decode=None, budget: int | None = None, max_nodes: int = 150,
-                 max_depth: int = 16, interval: float = 0.05):
+                 max_depth: int = 16, interval: float = 0.05, pair=None):
         if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget < 0):
             raise ValueError(f"budget must be a number of tokens >= 0, or None for no memory bar, got {budget!r}")
         if not isinstance(max_nodes, int) or max_nodes < 2:
@@ -76,14 +83,14 @@ class RadixTreeView(ReplayView):
         self._fading: int | None = None                # evicted by the last event: drawn once more, fading
         self._running = ""                             # the program step started last, and the line shown:
         self._program = ""                             # that step, with its result once it is done
-        super().__init__(log, decode, interval)
+        super().__init__(log, decode, interval, pair)
 
     # -- rebuilding the tree from events -------------------------------------------------------------------------
 
     def _step(self, e: Event, index: int) -> str | None:
         if isinstance(e, RequestStart):
             self._sequences[e.request] = list(e.prompt)
-        elif isinstance(e, (Accept, Resample, Bonus, Plain)) and e.request in self._sequences:
+        elif isinstance(e, (Accept, Resample, Bonus)) and e.request in self._sequences:
             self._sequences[e.request].append(e.token)
         elif isinstance(e, (ProgramStep, ProgramSpan)) and e.call != "text":  # text alone never touches the tree
             return self._program_step(e)
@@ -111,6 +118,7 @@ class RadixTreeView(ReplayView):
             path = [node(i) for i in e.path]
             self._matched, self._match_length = e.path, e.length
             self._touch(path)
+            self._hold(path, e.request)
             return f"lookup: {e.length} tokens cached, path {' -> '.join(map(str, e.path))}"
         if isinstance(e, Insert):
             parent = node(e.parent)
@@ -118,8 +126,10 @@ class RadixTreeView(ReplayView):
             if e.node == -1:
                 return f"insert: all {e.cached} tokens were cached already, nothing new to store"
             self._new_id(e.node, e, index)
-            self.nodes[e.node] = leaf = Node(e.node, e.parent, e.tokens, self._recover(e, parent),
-                                             depth=parent.depth + 1, weight=e.tokens)
+            ids = getattr(e, "ids", None) or self._recover(e, parent)
+            self.nodes[e.node] = leaf = Node(e.node, e.parent, e.tokens, ids, depth=parent.depth + 1,
+                                             weight=e.tokens)
+            self._hold(self._path(leaf), e.request)
             parent.children.append(e.node)
             self._grow(parent, 1, e.tokens)
             self._touch([leaf])
@@ -136,7 +146,8 @@ class RadixTreeView(ReplayView):
                                  f"{cut.tokens} tokens (0 < at < {cut.tokens})")
             self._new_id(e.new, e, index)
             head = Node(e.new, e.parent, e.at, ids=cut.ids[:e.at] if cut.ids else None, locks=cut.locks,
-                        children=[e.node], depth=cut.depth, size=cut.size + 1, weight=cut.weight)
+                        children=[e.node], requests=list(cut.requests), depth=cut.depth, size=cut.size + 1,
+                        weight=cut.weight)
             parent.children[parent.children.index(e.node)] = e.new  # the head takes the cut node's place
             cut.parent, cut.tokens, cut.weight = e.new, cut.tokens - e.at, cut.weight - e.at
             cut.ids = cut.ids[e.at:] if cut.ids else None
@@ -203,6 +214,21 @@ class RadixTreeView(ReplayView):
         parent.children.remove(node_id)
         self._grow(parent, -1, -gone.tokens)
 
+    def _path(self, n: Node) -> list[Node]:
+        """`n` and the nodes above it, the root excluded."""
+        path = []
+        while n.parent is not None:
+            path.append(n)
+            n = self.nodes[n.parent]
+        return path
+
+    def _hold(self, nodes: list[Node], request: int) -> None:
+        if request < 0:
+            return
+        for n in nodes:
+            if n.parent is not None and request not in n.requests:
+                n.requests = [*n.requests[-5:], request]  # a new list: frames may hold the old one
+
     def _touch(self, nodes: list[Node]) -> None:
         self._touched.update(n.id for n in nodes)
 
@@ -247,12 +273,16 @@ class RadixTreeView(ReplayView):
         spots, stubs = layout.place(self.nodes, folded)
         matched = set(self._matched)
         items = {}
+        offsets = {0: 0}
+        for n in sorted((self.nodes[i] for i in spots), key=lambda n: n.depth):  # parents before children
+            if n.parent is not None:
+                offsets[n.id] = offsets[n.parent] + self.nodes[n.parent].tokens
         for n in (self.nodes[i] for i in spots):
             spot, text = spots[n.id], self.text.many(n.ids) if n.ids else None
             item = {"key": f"n{n.id}", "id": n.id, "parent": None if n.parent is None else f"n{n.parent}",
                     "x": spot.x, "y": spot.y, "tokens": n.tokens, "locks": n.locks,
                     "text": None if text is None else text[:80], "mark": self._marks.get(n.id, ""),
-                    "matched": n.id in matched}
+                    "matched": n.id in matched, "offset": offsets[n.id], "requests": n.requests}
             if text is None and n.ids:
                 item["ids"] = n.ids[:12]
             items[item["key"]] = item
@@ -276,8 +306,8 @@ class RadixTreeView(ReplayView):
         """Frame `frame` (the newest when None) as SVG: Graphviz's drawing if `dot` is installed, else ours."""
         if frame is None:
             snapshot = self.snapshot()
-        elif isinstance(frame, int) and 0 <= frame < len(self._frames):
-            snapshot = replay(self._frames, frame + 1)
+        elif isinstance(frame, int) and 0 <= frame < len(self.frames):
+            snapshot = replay(self.frames, frame + 1)
         else:
-            raise ValueError(f"frame must be None (the newest) or an int in [0, {len(self._frames)}), got {frame!r}")
+            raise ValueError(f"frame must be None (the newest) or an int in [0, {len(self.frames)}), got {frame!r}")
         return svg.tree_svg(snapshot)

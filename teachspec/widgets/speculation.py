@@ -10,7 +10,14 @@ Every step plays in frames, one per event:
                                                                              "tok resampled"
     Bonus      all k kept, so the target's pass already gave p at k + 1: one more token for free
                                                                              "tok bonus"
-    Plain      plain decoding (k = 0): one target pass, one token           "tok plain"
+
+Plain decoding is the same step with k = 0: a Verify of one position, then a Bonus with no Draft before it, shown
+as "tok plain" (one target pass, one token).
+
+Each step is also one item of its own, kind "step": its k, its draft and target times and the tokens it yielded.
+The browser brackets the step's tokens together and draws the steps on a time lane under the text, the draft
+passes and the one target pass of each, beside the target passes plain decoding would have spent on the same
+tokens (widgets/speculation.js).
 
 Clicking a token shows its p and q as bars over the top alternatives (recorded when the engine runs with
 `record_top` > 0), the uniform u and the decision. The strip above the text holds the running numbers of
@@ -23,9 +30,10 @@ changes once a step, when the step is complete, so its numbers never count half 
 
 from __future__ import annotations
 
-from teachspec.events import Accept, Bonus, Draft, Event, Finish, Plain, Reject, RequestStart, Resample, Verify
-from teachspec.widgets import assets
+from teachspec.events import Accept, Bonus, Draft, Event, Finish, Reject, RequestStart, Resample, Verify
+from teachspec.widgets import assets, svg
 from teachspec.widgets.base import ReplayView
+from teachspec.widgets.frames import replay
 from teachspec.widgets.measure import Running
 
 
@@ -35,25 +43,33 @@ class SpeculationView(ReplayView):
 
     nothing = "No speculation in this log yet: generate with an Engine whose events are this log."
 
-    def __init__(self, log=None, decode=None, interval: float = 0.05):
+    def __init__(self, log=None, decode=None, interval: float = 0.05, pair=None):
         self.running = Running()
         self._stats: dict = {}                                 # the strip: running numbers at the last finished step
         self._step_now: tuple[int, int] | None = None          # (request, step) of the latest speculation event
         self._pending: dict[tuple[int, int, int], str] = {}    # (request, step, i) -> key of a guess not yet judged
         self._drafted: set[tuple[int, int]] = set()            # steps that guessed: their last token is a bonus
         self._serial = 0
-        super().__init__(log, decode, interval)
+        super().__init__(log, decode, interval, pair)
 
     # -- the state machine ---------------------------------------------------------------------------------------
 
     def _step(self, e: Event, index: int) -> str | None:
-        if isinstance(e, (Draft, Verify, Accept, Reject, Resample, Bonus, Plain)):
+        speculation = isinstance(e, (Draft, Verify, Accept, Reject, Resample, Bonus))
+        if speculation:
             if (e.request, e.step) != self._step_now:  # the previous step is complete: update the strip
                 self._stats = self.running.as_dict()
                 self._step_now = (e.request, e.step)
             self.running.add(e)
         elif isinstance(e, Finish):
             self._stats = self.running.as_dict()
+        caption = self._tokens(e)
+        if speculation:
+            self._unit(e)
+        return caption
+
+    def _tokens(self, e: Event) -> str | None:
+        """Change the text's tokens for one event; say what happened."""
         word = self._word
 
         if isinstance(e, RequestStart):
@@ -70,6 +86,8 @@ class SpeculationView(ReplayView):
                     text=self.text.one(token), q=round(q, 5))
             guesses = " ".join(word(t) for t in e.tokens)
             return f"step {e.step}: the {e.drafter} drafter guesses {len(e.tokens)} tokens: {guesses} ({e.ms:.1f} ms)"
+        if isinstance(e, Verify) and (e.request, e.step) not in self._drafted:
+            return f"step {e.step}: one target pass, no guesses: plain decoding ({e.ms:.1f} ms)"
         if isinstance(e, Verify):
             return f"step {e.step}: ONE target pass scores all {e.n} positions ({e.ms:.1f} ms)"
         if isinstance(e, (Accept, Reject)):
@@ -87,15 +105,31 @@ class SpeculationView(ReplayView):
         if isinstance(e, Bonus) and (e.request, e.step) in self._drafted:
             self._new_token(e, "bonus", top_p=self.text.top(e.top_p))
             return f"all guesses kept: the bonus token {word(e.token)} comes free from the same target pass"
-        if isinstance(e, (Bonus, Plain)):  # a Bonus with no draft before it is a k = 0 step: plain decoding
-            self._new_token(e, "plain", top_p=self.text.top(getattr(e, "top_p", None)))
+        if isinstance(e, Bonus):  # a Bonus with no draft before it is a k = 0 step: plain decoding
+            self._new_token(e, "plain", top_p=self.text.top(e.top_p))
             return f"plain decoding: one target pass, one token {word(e.token)}"
         if isinstance(e, Finish):
             self._drop_pending()  # guesses cut by the token budget or an EOS are never judged
             return f"request {e.request} finished ({e.reason}): {e.new_tokens} new tokens in {e.ms:.0f} ms"
         return None  # radix cache events and the prefill: not this view's business
 
-    def _new_token(self, e: Resample | Bonus | Plain, kind: str, **extra) -> None:
+    def _unit(self, e: Draft | Verify | Accept | Reject | Resample | Bonus) -> None:
+        """The step's own item: what it guessed, what it cost and what it yielded, so far."""
+        key = f"s{e.request}.{e.step}"
+        unit = dict(self.items.get(key) or {"key": key, "kind": "step", "request": e.request, "step": e.step,
+                                            "drafted": 0, "accepted": 0, "emitted": 0, "draft_ms": 0.0,
+                                            "verify_ms": 0.0})
+        if isinstance(e, Draft):
+            unit["drafted"], unit["draft_ms"], unit["drafter"] = len(e.tokens), round(e.ms, 3), e.drafter
+        elif isinstance(e, Verify):
+            unit["verify_ms"], unit["n"] = round(e.ms, 3), e.n
+        elif isinstance(e, Accept):
+            unit["accepted"] += 1
+        if isinstance(e, (Accept, Resample, Bonus)):
+            unit["emitted"] += 1
+        self._put(unit)
+
+    def _new_token(self, e: Resample | Bonus, kind: str, **extra) -> None:
         self._add(kind=kind, request=e.request, step=e.step, position=e.position, token=e.token,
                   text=self.text.one(e.token), p=round(e.p, 5), **extra)
 
@@ -125,3 +159,15 @@ class SpeculationView(ReplayView):
 
     def _meta(self) -> dict:
         return self._stats
+
+    # -- a static picture ----------------------------------------------------------------------------------------
+
+    def to_svg(self, frame: int | None = None) -> str:
+        """The text at frame `frame` (the newest when None) as SVG, for a page that cannot run the widget."""
+        if frame is None:
+            snapshot = self.snapshot()
+        elif isinstance(frame, int) and 0 <= frame < len(self.frames):
+            snapshot = replay(self.frames, frame + 1)
+        else:
+            raise ValueError(f"frame must be None (the newest) or an int in [0, {len(self.frames)}), got {frame!r}")
+        return svg.text_svg(snapshot)

@@ -54,7 +54,7 @@ def graphviz_svg(snapshot: Snapshot) -> str:
     import graphviz
     dot = graphviz.Digraph(graph_attr={"rankdir": "TB", "nodesep": "0.2", "ranksep": "0.35"},
                            node_attr={"shape": "box", "style": "rounded,filled", "fontname": "Helvetica",
-                                      "fontsize": "10"},
+                                      "fontsize": "14"},  # 14 pt: readable on a projector
                            edge_attr={"arrowhead": "none", "color": "#9ca3af"})
     for key, item in sorted(snapshot.items.items(), key=lambda kv: (kv[1]["y"], kv[1]["x"])):
         head, tail = label(item)
@@ -94,3 +94,64 @@ def plain_svg(snapshot: Snapshot) -> str:
                      f'</g>')
     parts.append("</svg>")
     return "\n".join(parts)
+
+
+# -- the speculation view's text as a picture ----------------------------------------------------------------------
+
+# (fill, line) per kind of token, the colours of widgets/teachspec.css
+TOKEN_COLORS = {"prompt": ("#f9fafb", "#9ca3af"), "drafted": ("#f5f3ff", "#8b5cf6"),
+                "accepted": ("#dcfce7", "#16a34a"), "rejected": ("#fee2e2", "#dc2626"),
+                "resampled": ("#ffedd5", "#ea580c"), "bonus": ("#dbeafe", "#2563eb"), "plain": ("#f3f4f6", "#6b7280")}
+CHAR_W, LINE_H, TEXT_PX = 9.0, 30, 15   # a monospace character's width at TEXT_PX, and a row of chips
+
+
+def visible(text: str | None, token: int | None) -> str:
+    """A token's text with its whitespace drawn: a newline as a return glyph, a token of blanks as open boxes."""
+    if text is None:
+        return f"#{token}"
+    if not text.strip(" "):
+        return "␣" * max(1, len(text)) if "\n" not in text else text.replace(" ", "␣").replace("\n", "↵")
+    return text.replace("\n", "↵").replace("\t", "⇥").replace(" ", "\u00a0")
+
+
+def text_svg(snapshot: Snapshot, width: int = 960, max_tokens: int = 300) -> str:
+    """The speculation view at one frame: every token a chip coloured by its verdict, a rejected guess struck
+    through, a newline ending its row; a prompt is one chip, and a long text keeps its last `max_tokens` tokens."""
+    tokens = sorted((it for it in snapshot.items.values() if it.get("kind") in TOKEN_COLORS),
+                    key=lambda it: it.get("order", 0))
+    earlier, tokens = tokens[:-max_tokens], tokens[-max_tokens:]
+    chips = [("earlier", f"… {len(earlier)} earlier tokens", False)] if earlier else []
+    for it in tokens:
+        if it["kind"] == "prompt":
+            tail = (it.get("text") or "").rstrip("\n").split("\n")[-1][-28:]
+            label = f"prompt · {it.get('n', 0)} tokens" + (f" · …{tail}" if tail else "")
+            chips.append(("prompt", label, True))
+        else:
+            chips.append((it["kind"], visible(it.get("text"), it.get("token")), "\n" in (it.get("text") or "")))
+    kinds = [k for k in TOKEN_COLORS if any(kind == k for kind, _, _ in chips)]
+    parts, x, y = [], 10.0, 46.0
+    for kind, label, ends_row in chips:
+        w = CHAR_W * len(label) + 8
+        if x + w > width - 10 and x > 10:
+            x, y = 10.0, y + LINE_H
+        fill_, line = TOKEN_COLORS.get(kind, ("#ffffff", "#d1d5db"))
+        parts.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{LINE_H - 6}" rx="4" fill="{fill_}" '
+                     f'stroke="{line}"/><text x="{x + 4:.1f}" y="{y + 17:.1f}" fill="#111827">{escape(label)}</text>')
+        if kind == "rejected":
+            parts.append(f'<line x1="{x + 3:.1f}" y1="{y + 12:.1f}" x2="{x + w - 3:.1f}" y2="{y + 12:.1f}" '
+                         f'stroke="{line}" stroke-width="2"/>')
+        x += w + 3
+        if ends_row:
+            x, y = 10.0, y + LINE_H
+    key, kx = [], 10.0
+    for kind in kinds:
+        fill_, line = TOKEN_COLORS[kind]
+        key.append(f'<rect x="{kx:.1f}" y="10" width="16" height="16" rx="3" fill="{fill_}" stroke="{line}"/>'
+                   f'<text x="{kx + 22:.1f}" y="23">{kind}</text>')
+        kx += 22 + CHAR_W * len(kind) + 18
+    height = y + LINE_H + (28 if snapshot.caption else 6)
+    caption = (f'<text x="10" y="{height - 10:.1f}" fill="#374151" font-family="Helvetica, Arial, sans-serif">'
+               f'{escape(snapshot.caption[:110])}</text>') if snapshot.caption else ""
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height:.0f}" '
+            f'font-family="DejaVu Sans Mono, Menlo, Consolas, monospace" font-size="{TEXT_PX}" xml:space="preserve">'
+            f'<rect width="{width}" height="{height:.0f}" fill="white"/>{"".join(key)}{"".join(parts)}{caption}</svg>')

@@ -1,12 +1,23 @@
 """Words for the views: the decoded text of token ids, and a one-line description of an event.
 
 The event log stores token ids, never text, so a trace replays without a tokenizer. A view given a `decode`
-(a tokenizer, a Pair, or any function from a list of ids to a string) shows text; without one it shows ids.
+shows text; without one it shows ids. `decoder` accepts, in this order:
+
+    an object with a .decode method   a transformers tokenizer or a Pair (a tokenizer is also callable, but calling
+                                      it *encodes*, so .decode is looked for first)
+    a function                        from a list of ids to a string
+    a pair's name                     "tiny" (the bundled pair) or a course pair such as "smollm2": its tokenizer
+                                      is loaded; so is a tokenizer's folder or hub id
+
+and, with no `decode`, the view's `pair=` (a Pair or a name), then the log's own `pair` attribute, which a log
+that knows which pair recorded it may carry. With none of them the view shows ids.
 """
 
 from __future__ import annotations
 
 from dataclasses import fields
+from functools import lru_cache
+from pathlib import Path
 from typing import Any, Callable
 
 from teachspec.events import Event
@@ -14,16 +25,63 @@ from teachspec.events import Event
 Decode = Callable[[list[int]], str]
 
 
+def decoder(decode: Any = None, pair: Any = None, log: Any = None) -> Decode | None:
+    """A function from token ids to text, from the first of `decode`, `pair` and `log.pair` given (see above)."""
+    recorded = getattr(log, "pair", None)
+    for source in (decode, pair, recorded):
+        if source is None:
+            continue
+        if source is recorded and decode is None and pair is None:
+            return _recorded(recorded)
+        if isinstance(source, (str, Path)):
+            return _tokenizer(str(source)).decode
+        method = getattr(source, "decode", None)
+        if callable(method):  # a tokenizer or a Pair; checked before callable(): calling a tokenizer encodes
+            return method
+        if callable(source):
+            return source
+        raise TypeError(f"decode must be a function from a list of token ids to a string, an object with such a "
+                        f".decode method (a tokenizer, a Pair), a pair's name such as 'tiny', or None to show ids; "
+                        f"got {type(source).__name__}")
+    return None
+
+
+def _recorded(name: Any) -> Decode | None:
+    """The tokenizer of the pair a trace says made it, when that pair is one this package knows and it loads here;
+    otherwise None (the view shows token ids): a replay never fails for want of a tokenizer."""
+    from teachspec.course.pairs import HUB_PAIRS
+    from teachspec.models import BUNDLED
+
+    if not isinstance(name, str) or name not in {*BUNDLED, *HUB_PAIRS}:
+        return None
+    try:
+        return _tokenizer(name).decode
+    except (OSError, ValueError):
+        return None
+
+
+@lru_cache(maxsize=8)
+def _tokenizer(name: str):
+    """The tokenizer of a pair named `name`, or in the folder or hub repository `name`."""
+    from transformers import AutoTokenizer
+
+    from teachspec.models import BUNDLED
+    if name in BUNDLED:
+        return AutoTokenizer.from_pretrained(BUNDLED[name])
+    from teachspec.course.pairs import HUB_PAIRS
+    if name in HUB_PAIRS:
+        return AutoTokenizer.from_pretrained(HUB_PAIRS[name][0])
+    if Path(name).is_dir() or "/" in name:
+        return AutoTokenizer.from_pretrained(name)
+    raise ValueError(f"no pair named {name!r}: use one of {sorted([*BUNDLED, *HUB_PAIRS])}, a tokenizer's folder "
+                     f"or hub id, or pass the tokenizer itself")
+
+
 class TokenText:
     """Text of token ids through `decode`, cached per single token; every answer is None without a decoder."""
 
     def __init__(self, decode: Decode | Any | None = None):
-        if decode is not None and not callable(decode):
-            decode = getattr(decode, "decode", None)  # a tokenizer or a Pair: use its .decode
-            if not callable(decode):
-                raise TypeError("decode must be a function from a list of token ids to a string, or an object "
-                                "with such a .decode method (a tokenizer, a Pair), or None to show ids")
-        self._decode = decode
+        self._decode = decoder(decode)
         self._cache: dict[int, str] = {}
 
     def __bool__(self) -> bool:

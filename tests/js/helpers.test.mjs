@@ -62,9 +62,11 @@ test("frames arrive as the bytes of a JSON array, in a DataView, or already pars
   assert.deepEqual(decodeFrames(null), []);
 });
 
-test("a frame's focus is the last token it changed, never the prompt", () => {
+test("a frame's focus is the last token it changed, the prompt only when it changed nothing else", () => {
   assert.equal(focusOf(frame(0, [{ key: "t1", kind: "drafted" }, { key: "t2", kind: "drafted" }])), "t2");
-  assert.equal(focusOf(frame(1, [{ key: "t0", kind: "prompt" }])), null);
+  assert.equal(focusOf(frame(0, [{ key: "t1", kind: "accepted" }, { key: "s0.0", kind: "step" }])), "t1");
+  assert.equal(focusOf(frame(1, [{ key: "t0", kind: "prompt" }])), "t0");
+  assert.equal(focusOf(frame(1, [{ key: "s0.1", kind: "step" }])), null);
   assert.equal(focusOf(frame(2, [], ["t2"])), null);
   assert.equal(focusOf(undefined), null);
 });
