@@ -19,7 +19,9 @@ Columns:
 - predicted (cost-aware): the same expectation with the *measured* target pass time at this k in place of that
   constant; measured / cost-aware is what is left: the engine's own overhead.
 Prompt lookup gets no prediction: its guesses are not independent (a copied stretch, once it starts, tends to go
-on) and it guesses only when the context holds a match, so Eq. (1) does not describe it.
+on) and it guesses only when the context holds a match, so Eq. (1) does not describe it. Its tree rows
+(`tree=`) draft several earlier matches as several branches and check them all in one target pass; their "alpha"
+is per judged depth of the tree, and their pass cost is that of a pass over every node.
 
 The run is watched (`teachspec.busy`): when other programs kept the CPUs busy, the tables say so under them.
 """
@@ -89,11 +91,11 @@ def ours_plain(pair: Pair, prompt, n, params, seed):
     return time.perf_counter() - t0, tokens, stats
 
 
-def ours(engine: Engine, speculate, k):
+def ours(engine: Engine, speculate, k, tree: tuple[int, ...] | None = None):
     def run(pair, prompt, n, params, seed):
         t0 = time.perf_counter()
         out = engine.generate(prompt, n, temperature=params.temperature, top_k=params.top_k, top_p=params.top_p,
-                              speculate=speculate, k=k, seed=seed)
+                              speculate=speculate, k=k, seed=seed, tree=tree)
         return time.perf_counter() - t0, out.tokens, out.stats
     return run
 
@@ -203,7 +205,10 @@ def bench(pair: Pair, docs: list[list[int]], copy: list[list[int]], n: int = 96,
                        if name in ("ours plain", "transformers generate", "ours k=2", "ours adaptive")}
     copy_methods = {"ours plain": (ours_plain, 0), "transformers generate": (hf(False), 0),
                     "ours prompt lookup k=8": (ours(plain_engine, "ngram", 8), 8),
-                    "ours prompt lookup adaptive": (ours(plain_engine, "ngram", "adaptive"), "adaptive")}
+                    "ours prompt lookup adaptive": (ours(plain_engine, "ngram", "adaptive"), "adaptive"),
+                    # several earlier matches as several branches, all checked in one target pass
+                    "ours prompt lookup tree (3, 2, 2, 1)": (ours(plain_engine, "ngram", 0, (3, 2, 2, 1)), "tree"),
+                    "ours prompt lookup tree (2,) * 8": (ours(plain_engine, "ngram", 0, (2,) * 8), "tree")}
     if pair.draft is not None:
         copy_methods["ours adaptive (draft model)"] = (ours(plain_engine, "model", "adaptive"), "adaptive")
 
