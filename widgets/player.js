@@ -152,7 +152,8 @@ export function createPlayer(container, { onShow, onSettle = () => {}, frame = -
 // Keep a view's timeline, player and notices in step with its widget model; returns the view's cleanup.
 export function follow(model, timeline, player, message, error) {
   const words = () => {
-    message.textContent = model.get("empty");
+    // a live view's notice: the machine is too busy for the times it shows
+    message.textContent = [model.get("empty"), model.get("notice") || ""].filter(Boolean).join(" ");
     error.textContent = model.get("error");
   };
   const update = (arriving) => {
@@ -169,6 +170,7 @@ export function follow(model, timeline, player, message, error) {
   model.on("msg:custom", onDelta);
   model.on("change:empty", words);
   model.on("change:error", words);
+  model.on("change:notice", words);
   update(false);
   return () => {
     player.destroy();
@@ -176,5 +178,6 @@ export function follow(model, timeline, player, message, error) {
     model.off("msg:custom", onDelta);
     model.off("change:empty", words);
     model.off("change:error", words);
+    model.off("change:notice", words);
   };
 }

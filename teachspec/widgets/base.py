@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import uuid
 import weakref
 from pathlib import Path
@@ -44,6 +45,7 @@ from typing import Any
 import anywidget
 import traitlets
 
+from teachspec.busy import Watch, warning
 from teachspec.events import Event, EventLog
 from teachspec.widgets import page
 from teachspec.widgets.frames import Recorder, Snapshot
@@ -67,6 +69,7 @@ class ReplayView(anywidget.AnyWidget):
     error = traitlets.Unicode("").tag(sync=True)      # why a live view stopped following, shown in red
     following = traitlets.Bool(False).tag(sync=True)  # attached to a live log
     link = traitlets.Unicode("").tag(sync=True)       # views with the same link step together in the browser
+    notice = traitlets.Unicode("").tag(sync=True)     # while following: that the machine is too busy for its times
 
     nothing = "This log holds no events to show."     # the empty view's words; subclasses say more
 
@@ -88,6 +91,8 @@ class ReplayView(anywidget.AnyWidget):
         self._size = self._synced = 0            # bytes in the chunks, and in them when frames_json was last set
         self._seen = 0                           # events consumed: the index of the next one
         self._following: Following | None = None
+        self._watch: Watch | None = None  # live only: the machine since `_watched` (busy.py)
+        self._watched = 0.0
         self._failure: Exception | None = None
         self._work_s = 0.0
         if log is not None:
@@ -228,10 +233,15 @@ class ReplayView(anywidget.AnyWidget):
         return self
 
     def _update(self, batch: list[Event]) -> None:
-        """The timer thread's work: the batch's frames, sent as a delta."""
+        """The timer thread's work: the batch's frames, sent as a delta; about once a second, a look at the
+        machine, so that the live numbers (tokens/s, pass times) say when other programs disturb them."""
         with self._lock:
             self._consume(batch)
             self._publish(whole=False)
+        if self._watch is None or time.perf_counter() - self._watched >= 1.0:
+            if self._watch is not None:
+                self.notice = warning(self._watch.stop().as_dict())
+            self._watch, self._watched = Watch(), time.perf_counter()
 
     def _show_failure(self, e: Exception) -> None:
         self.error = f"{type(e).__name__}: {e}"
