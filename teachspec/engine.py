@@ -53,16 +53,18 @@ def top(probs: torch.Tensor, n: int) -> list[list] | None:
 
 
 def check_tree(tree, speculate) -> tuple[int, ...] | None:
-    """`tree=`: None (a chain), or the most children a node may have at each depth, e.g. (3, 2, 2, 1)."""
+    """`tree=`: None (a chain), or the most children a node may have at each depth, e.g. (3, 2, 2, 1); the drafters
+    that can propose several branches are the draft model, the oracle and prompt lookup."""
     if tree is None:
         return None
     if (not isinstance(tree, (tuple, list)) or not 1 <= len(tree) <= 16
             or not all(isinstance(b, int) and not isinstance(b, bool) and 1 <= b <= 16 for b in tree)):
         raise ValueError(f"tree must be None or a tuple of 1 to 16 branching factors, each an int in [1, 16], got "
                          f"{tree!r}")
-    if speculate != "ngram":
-        raise ValueError(f"tree={tuple(tree)} drafts a tree by prompt lookup, several matches as several branches; "
-                         f"use speculate='ngram' with it (got speculate={speculate!r})")
+    if speculate not in ("model", "ngram", "oracle"):
+        raise ValueError(f"tree={tuple(tree)} needs a drafter that can propose several branches: 'model' (the draft "
+                         f"model's likeliest or sampled tokens), 'ngram' (several earlier matches) or 'oracle'; got "
+                         f"speculate={speculate!r}")
     return tuple(tree)
 
 
@@ -121,7 +123,7 @@ class Engine:
         the accepted path and compact the target's cache to it, record."""
         shape = r.tree[:max(0, r.max_new_tokens - len(r.new) - 1)]  # no deeper than the budget can use
         t0 = time.perf_counter()
-        proposal = r.drafter.propose_tree(r.ids, shape) if shape else \
+        proposal = r.drafter.propose_tree(r.ids, shape, r.params, r.generator) if shape else \
             TreeProposal(TokenTree((-1,), (r.ids[-1],)), None, 0, time.perf_counter() - t0)
         tree, n_before = proposal.tree, len(r.ids)
         if len(tree.tokens) > 1:
@@ -130,15 +132,22 @@ class Engine:
         p, target_s = self._tree_pass(r, tree)  # (nodes, V)
         verdict = verify_tree(p, proposal.q, tree, r.generator, check=False)  # warp made p one-hot when greedy
         emitted = r.commit(verdict.tokens)
-        # the committed rows, then the accepted nodes' rows (node i was laid at row n_before - 1 + i), then cut
-        kv.keep(r.cache, list(range(n_before)) + [n_before - 1 + i for i in verdict.path[:len(emitted)]])
-        kv.crop_to(r.cache, len(r.ids) - 1)
+        self._keep_path(r, n_before, verdict.path[:len(emitted)], bool(shape))
         self._record_tree(r, verdict, emitted, p, n_before - 1)
         r.stats.add_step(max(tree.depth), verdict.accepted, len(emitted), target_s, proposal.passes,
                          proposal.seconds)
         if r.steps == 0:
             r.stats.mark_first_step(len(r.new), time.perf_counter() - r.started)
         r.steps += 1
+
+    def _keep_path(self, r: Request, n_before: int, path: list[int], drafted: bool) -> None:
+        """Both models keep the committed tokens' keys and values, then the accepted path's nodes' (node i was
+        laid at row n_before - 1 + i); every rejected branch's rows go. Then the usual roll back to the committed
+        tokens. `drafted`: the drafter grew this step's tree (a budget of one token drafts none)."""
+        kv.keep(r.cache, list(range(n_before)) + [n_before - 1 + i for i in path])
+        if drafted:
+            r.drafter.keep_path(n_before, path)
+        self._roll_back(r)
 
     def _tree_pass(self, r: Request, tree: TokenTree) -> tuple[torch.Tensor, float]:
         t0, held = time.perf_counter(), kv.length(r.cache)
@@ -275,8 +284,9 @@ class Engine:
         decoding). `k`: an int >= 0, or "adaptive", "heuristic", "confidence", or a policy object. Generation
         stops after an eos id of the pair (`pair.eos_token_id`: one id or a list) or a token that completes a
         `stop` string, as transformers' `generate(..., stop_strings=...)` does. `tree`: guess a tree instead of a
-        chain, at most tree[d] children per node at depth d (prompt lookup: several matches become several
-        branches), checked in one target pass. Every argument is checked before anything runs."""
+        chain, at most tree[d] children per node at depth d (the draft model's likeliest or sampled tokens, or
+        several earlier matches for prompt lookup), checked in one target pass. Every argument is checked before
+        anything runs."""
         params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p)
         max_new_tokens = check_int("max_new_tokens", max_new_tokens, 0)
         rule = StopRule(self.pair.eos, stop_strings(stop), self.pair.decode)

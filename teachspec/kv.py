@@ -150,23 +150,35 @@ def assemble(model: PreTrainedModel, pieces: list[KVSlice]) -> DynamicCache:
 
 # -- a tree of guesses in one pass --------------------------------------------------------------------------------
 
-def tree_mask(model: PreTrainedModel, n_ctx: int, held: int, parents: tuple[int, ...], positions: torch.Tensor):
-    """The attention mask that lets one pass check a whole tree of guesses (SpecInfer, Medusa): the committed tokens
-    not yet cached see the context causally, and each tree node sees the context and its own ancestors, nothing of
-    its siblings or cousins. A (1, 1, queries, keys) float mask, 0 where attention is allowed and the dtype's
-    minimum where not; for models with sliding-window layers the window is applied by position too, as a
-    {"full_attention": ..., "sliding_attention": ...} pair when only some layers slide."""
+def depths(parents: tuple[int, ...]) -> list[int]:
+    """Each node's depth in a tree whose parents come before their children; the root's is 0."""
+    depth = [0] * len(parents)
+    for i in range(1, len(parents)):
+        depth[i] = depth[parents[i]] + 1
+    return depth
+
+
+def tree_mask(model: PreTrainedModel, n_ctx: int, held: int, parents: tuple[int, ...], nodes: range):
+    """The attention mask that lets one pass check a tree of guesses (SpecInfer, Medusa). The queries are the
+    committed tokens the cache lacks (ids[held:n_ctx]), then the tree's nodes `nodes`; the keys are the committed
+    tokens, then nodes 1 .. nodes.stop - 1 (node i at key n_ctx + i - 1: nodes before `nodes` are already cached,
+    as when a draft model grows a tree level by level). Committed tokens see the context causally; each node sees
+    the context and its own ancestors, nothing of its siblings or cousins. A (1, 1, queries, keys) float mask, 0
+    where attention is allowed and the dtype's minimum where not; with sliding-window layers the window is applied
+    by position (the root's plus the depth) too, as a {"full_attention": ..., "sliding_attention": ...} pair when
+    only some layers slide."""
     dev, dtype = model.device, next(model.parameters()).dtype
-    m, nodes = n_ctx - held, len(parents) - 1  # queries: the uncached committed tokens, then the nodes but the root
-    allowed = torch.zeros(m + nodes, held + m + nodes, dtype=torch.bool, device=dev)
+    m, depth = n_ctx - held, depths(parents)
+    allowed = torch.zeros(m + len(nodes), n_ctx + nodes.stop - 1, dtype=torch.bool, device=dev)
     allowed[:m, :n_ctx] = torch.ones(m, n_ctx, dtype=torch.bool, device=dev).tril(held)
     allowed[m:, :n_ctx] = True
-    for i in range(1, len(parents)):
+    for row, i in enumerate(nodes, start=m):
         j = i
         while j > 0:  # node i and its ancestors; the root is the last committed token, already visible
-            allowed[m + i - 1, n_ctx + j - 1] = True
+            allowed[row, n_ctx + j - 1] = True
             j = parents[j]
-    key_positions = torch.cat([torch.arange(n_ctx, device=dev), positions[m:]])
+    key_positions = torch.tensor(list(range(n_ctx)) + [n_ctx - 1 + d for d in depth[1:nodes.stop]], device=dev)
+    positions = torch.cat([key_positions[held:n_ctx], key_positions[n_ctx + nodes.start - 1:]])  # the queries
 
     def as_mask(a: torch.Tensor) -> torch.Tensor:
         return torch.zeros(1, 1, *a.shape, dtype=dtype, device=dev).masked_fill(~a, torch.finfo(dtype).min)
@@ -174,30 +186,30 @@ def tree_mask(model: PreTrainedModel, n_ctx: int, held: int, parents: tuple[int,
     config = model.config.get_text_config(decoder=True)
     window, types = getattr(config, "sliding_window", None), getattr(config, "layer_types", None)
     if not window or (types is not None and "sliding_attention" not in types):
-        return as_mask(allowed)
+        return as_mask(allowed), positions
     windowed = allowed & (positions[:, None] - key_positions[None, :] < window)
     if types is None or set(types) == {"sliding_attention"}:
-        return as_mask(windowed)
-    return {"full_attention": as_mask(allowed), "sliding_attention": as_mask(windowed)}
+        return as_mask(windowed), positions
+    return {"full_attention": as_mask(allowed), "sliding_attention": as_mask(windowed)}, positions
 
 
 @torch.inference_mode()
 def forward_tree(model: PreTrainedModel, ids: list[int], parents: tuple[int, ...], tokens: tuple[int, ...],
-                 cache: DynamicCache, vocab_size: int) -> torch.Tensor:
-    """One pass over the committed tokens the cache lacks and a tree of guesses laid after them (node 0, the root,
-    is ids[-1]; node i's parent is parents[i]). Each node's position is the root's plus its depth, not its index
-    in the flattened tree. Returns the float32 logits at every node, root first: `(len(tokens), vocab_size)`.
-    The cache grows by every node; `keep` then compacts it to the accepted path."""
-    held, n_ctx = length(cache), len(ids)
-    depth = [0] * len(parents)
-    for i in range(1, len(parents)):
-        depth[i] = depth[parents[i]] + 1
-    positions = torch.tensor(list(range(held, n_ctx)) + [n_ctx - 1 + d for d in depth[1:]], device=model.device)
-    x = torch.tensor([ids[held:] + list(tokens[1:])], dtype=torch.long, device=model.device)  # (1, m + nodes)
-    mask = tree_mask(model, n_ctx, held, parents, positions)
+                 cache: DynamicCache, vocab_size: int, nodes: range | None = None) -> torch.Tensor:
+    """One pass over the committed tokens the cache lacks and the tree nodes `nodes` (all but the root by default)
+    of a tree of guesses laid after them: node 0, the root, is ids[-1]; node i's parent is parents[i]. Each node's
+    position is the root's plus its depth, not its index in the flattened tree. Returns the float32 logits at the
+    last committed token (the root), when it is among the queries, and at every node of `nodes`:
+    `(queries, vocab_size)`. The cache grows by every query; `keep` then compacts it to the accepted path."""
+    nodes = range(1, len(parents)) if nodes is None else nodes
+    n_ctx = len(ids)
+    held = min(length(cache), n_ctx)  # committed tokens cached (a growing tree's earlier levels come after them)
+    mask, positions = tree_mask(model, n_ctx, held, parents, nodes)
+    x = torch.tensor([ids[held:] + [tokens[i] for i in nodes]], dtype=torch.long, device=model.device)  # (1, q)
+    last = len(nodes) + (1 if n_ctx > held else 0)  # the root's logits too, when the root is fed now
     out = model(input_ids=x, attention_mask=mask, position_ids=positions.view(1, -1), use_cache=True,
-                logits_to_keep=len(tokens), **{cache_keyword(type(model)): cache})
-    return out.logits[0, -len(tokens):, :vocab_size].float()
+                logits_to_keep=last, **{cache_keyword(type(model)): cache})
+    return out.logits[0, -last:, :vocab_size].float()
 
 
 @torch.inference_mode()

@@ -55,6 +55,10 @@ def test_every_tensor_the_engine_makes_is_placed(temperature, top_k, top_p):
             prompt = COPY_PROMPT if speculate == "ngram" else PROMPT
             engine.generate(prompt, 12, temperature=temperature, top_k=top_k, top_p=top_p, speculate=speculate,
                             k=k, seed=0)
+        for speculate in ("model", "ngram"):  # trees: the draft grows one, the target checks it in one pass
+            prompt = COPY_PROMPT if speculate == "ngram" else PROMPT
+            engine.generate(prompt, 12, temperature=temperature, top_k=top_k, top_p=top_p, speculate=speculate,
+                            tree=(2, 2), seed=0)
         engine.generate(PROMPT + [5, 6], 6, temperature=temperature, speculate="model", k=2, seed=1)  # a reuse
         engine.score(PROMPT, [[1, 2, 3], [4]])
         decode(engine.pair.target, PROMPT, 6, SamplingParams(temperature, top_k, top_p), torch.Generator(), None,

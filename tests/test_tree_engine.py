@@ -1,6 +1,8 @@
 """Trees of guesses in the engine: one target pass over every node, exactly the per-path logits; greedy output
 identical to plain decoding on every family; sampled output distributed exactly as the target's."""
 
+import itertools
+
 import pytest
 import torch
 from scipy.stats import chisquare
@@ -8,7 +10,10 @@ from scipy.stats import chisquare
 from conftest import build_model
 from teachspec import Engine, kv, load_pair
 from teachspec.sampling import SamplingParams, warp
+from teachspec.request import Request
+from teachspec.speculative.policies import make_policy
 from teachspec.speculative.tree import TokenTree
+from teachspec.stopping import StopRule
 from test_families import FAMILIES, TEXT, family_pair, stop_rules
 
 TREE = TokenTree(parents=(-1, 0, 0, 1, 1, 2, 3), tokens=(0, 7, 8, 9, 10, 11, 12))
@@ -49,9 +54,9 @@ def test_greedy_trees_are_plain_decoding_token_for_token_on_families_with_stops_
     for stops in (None, stop):
         ref = Engine(pair, cache_tokens=0).generate(TEXT + TEXT, 40, speculate=None, stop=stops)
         warm = Engine(pair)
-        for shape in ((1,), (2, 2), (3, 2, 2, 1)):
+        for speculate, shape in itertools.product(("model", "ngram", "oracle"), ((1,), (2, 2), (3, 2, 2, 1))):
             for engine in (Engine(pair, cache_tokens=0), warm):
-                out = engine.generate(TEXT + TEXT, 40, speculate="ngram", tree=shape, stop=stops)
+                out = engine.generate(TEXT + TEXT, 40, speculate=speculate, tree=shape, stop=stops)
                 assert out.tokens == ref.tokens and out.finish_reason == ref.finish_reason, (arch, shape, stops)
         warm.tree.check_invariants()
         assert warm.tree.protected_size == 0
@@ -92,10 +97,12 @@ def exact_law(pair, prompt: list[int], params: SamplingParams) -> dict[tuple[int
     return {o: v / total for o, v in law.items()}
 
 
-@pytest.mark.parametrize("shape", [(2, 2), (3, 1)])
-def test_sampled_output_through_a_tree_is_the_targets_law(shape):
-    """A prompt that repeats with several different continuations, so prompt lookup drafts real branches; at
-    temperature 1 with top-k = 4 the first two tokens' law has 16 outcomes, checked by a chi-square test."""
+@pytest.mark.parametrize("speculate, shape", [("ngram", (2, 2)), ("ngram", (3, 1)), ("model", (2, 2)),
+                                               ("model", (3, 1))])
+def test_sampled_output_through_a_tree_is_the_targets_law(speculate, shape):
+    """A prompt that repeats with several different continuations, so prompt lookup drafts real branches (the draft
+    model samples its own); at temperature 1 with top-k = 4 the first two tokens' law has 16 outcomes, checked by
+    a chi-square test."""
     pair = load_pair("tiny")
     a, b = pair.encode(" open"), pair.encode(" read")
     prompt = (a + b) * 2 + a + pair.encode(" close") + a + pair.encode(" write") + a
@@ -104,7 +111,7 @@ def test_sampled_output_through_a_tree_is_the_targets_law(shape):
     engine, n = Engine(pair, cache_tokens=0), 1500
     counts = dict.fromkeys(law, 0)
     for seed in range(n):
-        out = engine.generate(prompt, 2, temperature=1.0, top_k=4, speculate="ngram", tree=shape, seed=seed)
+        out = engine.generate(prompt, 2, temperature=1.0, top_k=4, speculate=speculate, tree=shape, seed=seed)
         counts[tuple(out.tokens)] += 1
     branched = sum(len(e.parents) > 2 for e in engine.events if e.kind == "tree_draft")
     assert branched > n // 2  # most steps really judged several branches
@@ -121,11 +128,31 @@ def test_sampled_output_through_a_tree_is_the_targets_law(shape):
 @pytest.mark.parametrize("tree, message", [
     ((0, 2), r"tree must be None or a tuple of 1 to 16 branching factors.* got \(0, 2\)"),
     ("wide", r"tree must be None or a tuple"),
-    ((2, 2), r"tree=\(2, 2\) drafts a tree by prompt lookup"),
+    ((2, 2), r"tree=\(2, 2\) needs a drafter that can propose several branches: .* got speculate='adversary'"),
 ])
 def test_bad_trees_are_refused_before_anything_runs(tree, message):
     engine = Engine(load_pair("tiny"))
-    speculate = "model" if tree == (2, 2) else "ngram"
+    speculate = "adversary" if tree == (2, 2) else "ngram"
     with pytest.raises(ValueError, match=message):
         engine.generate(COPY, 4, speculate=speculate, tree=tree)
     assert engine.requests == 0
+
+
+@torch.inference_mode()
+def test_after_every_tree_step_the_draft_models_cache_holds_only_committed_tokens():
+    """The draft grows the tree level by level in its own cache; after verification only the accepted path's rows
+    stay, then the usual roll back: its keys and values equal a fresh prefill of what it holds."""
+    pair = load_pair("tiny")
+    engine = Engine(pair, cache_tokens=0)
+    r = Request(engine.next_id(), pair.encode(TEXT), 40, SamplingParams(temperature=1.0), StopRule(),
+                engine.drafter("model"), make_policy(0), torch.Generator().manual_seed(0), tree=(3, 2, 2))
+    with engine.running(r):
+        while not r.done:
+            engine.step(r)
+            cache, held = r.drafter.cache, r.drafter.cached
+            assert kv.length(cache) == len(held) <= len(r.ids) - 1 and held == r.ids[:len(held)]
+            fresh = kv.new_cache(pair.draft)
+            kv.forward(pair.draft, held, fresh, 1, pair.vocab_size)
+            for ours, theirs in zip(cache.layers, fresh.layers):
+                assert torch.allclose(ours.keys, theirs.keys, atol=1e-5)
+    assert r.stats.rejected >= 3

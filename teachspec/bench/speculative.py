@@ -19,9 +19,10 @@ Columns:
 - predicted (cost-aware): the same expectation with the *measured* target pass time at this k in place of that
   constant; measured / cost-aware is what is left: the engine's own overhead.
 Prompt lookup gets no prediction: its guesses are not independent (a copied stretch, once it starts, tends to go
-on) and it guesses only when the context holds a match, so Eq. (1) does not describe it. Its tree rows
-(`tree=`) draft several earlier matches as several branches and check them all in one target pass; their "alpha"
-is per judged depth of the tree, and their pass cost is that of a pass over every node.
+on) and it guesses only when the context holds a match, so Eq. (1) does not describe it. The tree rows (`tree=`)
+guess a tree (the draft model's, or several earlier matches as several branches) and check it all in one target
+pass; their "alpha" is per judged depth of the tree, their pass cost that of a pass over every node, and they get
+no prediction either (a tree's expected tokens are `theory.tree_expected_tokens`, which needs per-rank rates).
 
 The run is watched (`teachspec.busy`): when other programs kept the CPUs busy, the tables say so under them.
 """
@@ -197,12 +198,16 @@ def bench(pair: Pair, docs: list[list[int]], copy: list[list[int]], n: int = 96,
         for k in ks:
             docs_methods[f"ours k={k}"] = (ours(plain_engine, "model", k), k)
         docs_methods["ours adaptive"] = (ours(plain_engine, "model", "adaptive"), "adaptive")
+        # a tree of the draft's guesses instead of a chain, checked in one target pass
+        docs_methods["ours tree (2, 2, 1)"] = (ours(plain_engine, "model", 0, (2, 2, 1)), "tree")
+        docs_methods["ours tree (3, 2, 2, 1)"] = (ours(plain_engine, "model", 0, (3, 2, 2, 1)), "tree")
         # what recording events costs, at a constant k: an adaptive policy's choices follow its timings, so
         # two adaptive runs differ by more than their logs
         docs_methods["ours k=2, events off"] = (ours(silent, "model", 2), 2)
         docs_methods["ours k=2, widget events"] = (ours(widgets, "model", 2), 2)
     sampled_methods = {name: m for name, m in docs_methods.items()
-                       if name in ("ours plain", "transformers generate", "ours k=2", "ours adaptive")}
+                       if name in ("ours plain", "transformers generate", "ours k=2", "ours adaptive",
+                                   "ours tree (2, 2, 1)")}
     copy_methods = {"ours plain": (ours_plain, 0), "transformers generate": (hf(False), 0),
                     "ours prompt lookup k=8": (ours(plain_engine, "ngram", 8), 8),
                     "ours prompt lookup adaptive": (ours(plain_engine, "ngram", "adaptive"), "adaptive"),

@@ -113,6 +113,43 @@ class ModelDrafter:
     def q_of(self, qs: list[torch.Tensor], tokens: list[int]) -> torch.Tensor | None:
         return torch.stack(qs)  # (k, vocab)
 
+    def propose_tree(self, ids: list[int], shape: tuple[int, ...], params: SamplingParams, generator) -> TreeProposal:
+        """A static tree, shape[d] children for every node at depth d (Medusa's and EAGLE's static trees), grown
+        level by level: one draft pass per level over all of the level's nodes, each seeing only its own ancestors
+        (`kv.tree_mask`). A node's children are drawn independently from its q (SpecInfer's rule verifies them);
+        under greedy decoding, where q is one-hot, they are the b tokens the draft's logits rank highest, proposed
+        as certain guesses (q = None), so the target's argmax is found among them when it is there."""
+        t0 = time.perf_counter()
+        feed = self._sync(ids)
+        logits = kv.forward(self.model, feed, self.cache, 1, self.vocab_size)  # (1, V): what follows the root
+        self.cached += feed
+        parents, tokens, qs, level, passes = [-1], [ids[-1]], {}, [0], 1
+        for d, b in enumerate(shape):
+            grown = []
+            for node, row in zip(level, logits):
+                q = warp(row, params)
+                qs[node] = q
+                children = row.topk(b).indices.tolist() if params.greedy else \
+                    [int(sample(q, generator)) for _ in range(b)]
+                parents += [node] * len(children)
+                tokens += children
+                grown += range(len(tokens) - len(children), len(tokens))
+            level = grown
+            if d + 1 < len(shape):  # the deepest level has no children to draft: it is never fed
+                logits = kv.forward_tree(self.model, ids, tuple(parents), tuple(tokens), self.cache, self.vocab_size,
+                                         nodes=range(level[0], level[-1] + 1))
+                passes += 1
+        self._fed, self._tokens = level[0], tokens  # nodes 1 .. _fed - 1 are in the cache, after the committed ones
+        q = None if params.greedy else torch.stack([qs.get(i, torch.zeros_like(qs[0])) for i in range(len(tokens))])
+        return TreeProposal(TokenTree(tuple(parents), tuple(tokens)), q, passes, time.perf_counter() - t0)
+
+    def keep_path(self, n_before: int, path: list[int]) -> None:
+        """After a tree step: keep the committed tokens' rows and the accepted nodes' the draft has fed (node i at
+        row n_before - 1 + i); every other branch's keys and values leave the cache."""
+        fed = [i for i in path if i < self._fed]
+        kv.keep(self.cache, list(range(n_before)) + [n_before - 1 + i for i in fed])
+        self.cached = self.cached[:n_before] + [self._tokens[i] for i in fed]
+
 
 class OracleDrafter(ModelDrafter):
     """The target drafting for itself (with a cache of its own): q = p, so every guess is accepted."""
@@ -151,7 +188,7 @@ class NgramDrafter:
     def roll_back(self, ids: list[int]) -> None:
         pass  # no cache: a rejected guess leaves nothing behind
 
-    def propose_tree(self, ids: list[int], shape: tuple[int, ...]) -> TreeProposal:
+    def propose_tree(self, ids: list[int], shape: tuple[int, ...], params=None, generator=None) -> TreeProposal:
         """Several matches become several branches: what followed each earlier occurrence of the context's last
         n tokens (the most recent first, n from n_max down), merged into a tree of at most len(shape) levels with
         at most shape[d] children per node at depth d. Every guess is certain (q = None)."""
@@ -169,6 +206,9 @@ class NgramDrafter:
                     tokens.append(token)
                 node = children[(node, token)]
         return TreeProposal(TokenTree(tuple(parents), tuple(tokens)), None, 0, time.perf_counter() - t0)
+
+    def keep_path(self, n_before: int, path: list[int]) -> None:
+        pass  # no cache
 
     def _matches(self, ids: list[int]) -> list[int]:
         """Where the text after each earlier match of the suffix starts: longest n first, most recent first."""
@@ -197,4 +237,4 @@ class NgramDrafter:
         return Proposal([], None, 0, time.perf_counter() - t0)
 
 
-Drafter = ModelDrafter | NgramDrafter  # what the engine asks for guesses: reset, propose, roll_back, name
+Drafter = ModelDrafter | NgramDrafter  # what the engine asks for guesses: reset, propose(_tree), roll_back, name
