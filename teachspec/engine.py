@@ -38,6 +38,7 @@ from teachspec.speculative.drafters import AdversarialDrafter, Drafter, ModelDra
     Proposal, TreeProposal
 from teachspec.speculative.policies import Adaptive, make_policy
 from teachspec.speculative.tree import TokenTree, TreeVerdict, verify_tree
+from teachspec.speculative.tree_policy import AdaptiveTree
 from teachspec.speculative.verify import Verdict, at, verify
 from teachspec.stopping import StopRule, stop_strings
 
@@ -52,20 +53,21 @@ def top(probs: torch.Tensor, n: int) -> list[list] | None:
     return [[i, round(v, 6)] for i, v in zip(ids.tolist(), values.tolist())]
 
 
-def check_tree(tree, speculate) -> tuple[int, ...] | None:
-    """`tree=`: None (a chain), or the most children a node may have at each depth, e.g. (3, 2, 2, 1); the drafters
-    that can propose several branches are the draft model, the oracle and prompt lookup."""
+def check_tree(tree, speculate) -> tuple[int, ...] | str | None:
+    """`tree=`: None (a chain), the most children a node may have at each depth, e.g. (3, 2, 2, 1), or "adaptive"
+    (the shape with the best expected tokens per second, `tree_policy.py`); the drafters that can propose several
+    branches are the draft model, the oracle and prompt lookup."""
     if tree is None:
         return None
-    if (not isinstance(tree, (tuple, list)) or not 1 <= len(tree) <= 16
+    if tree != "adaptive" and (not isinstance(tree, (tuple, list)) or not 1 <= len(tree) <= 16
             or not all(isinstance(b, int) and not isinstance(b, bool) and 1 <= b <= 16 for b in tree)):
-        raise ValueError(f"tree must be None or a tuple of 1 to 16 branching factors, each an int in [1, 16], got "
-                         f"{tree!r}")
+        raise ValueError(f"tree must be None, 'adaptive' or a tuple of 1 to 16 branching factors, each an int in "
+                         f"[1, 16], got {tree!r}")
     if speculate not in ("model", "ngram", "oracle"):
-        raise ValueError(f"tree={tuple(tree)} needs a drafter that can propose several branches: 'model' (the draft "
+        raise ValueError(f"tree={tree!r} needs a drafter that can propose several branches: 'model' (the draft "
                          f"model's likeliest or sampled tokens), 'ngram' (several earlier matches) or 'oracle'; got "
                          f"speculate={speculate!r}")
-    return tuple(tree)
+    return tree if tree == "adaptive" else tuple(tree)
 
 
 class Engine:
@@ -92,7 +94,7 @@ class Engine:
             self.events.pair = self.pair.name  # so a saved trace says which tokenizer replays it
         self.prefix = PrefixCache(self.pair, cache_tokens, self.events, cache_policy) if cache_tokens else None
         self.requests = 0
-        self.adaptive: dict[tuple, Adaptive] = {}  # one per drafter and sampling setting
+        self.adaptive: dict[tuple, Adaptive | AdaptiveTree] = {}  # one per drafter, sampling setting, chain or tree
 
     # -- one step ------------------------------------------------------------------------------------------------
 
@@ -121,7 +123,8 @@ class Engine:
         """One step with a tree of guesses (SpecInfer; Medusa): propose a tree, ONE target pass over every node
         (each sees only its ancestors: `kv.tree_mask`), the multi-draft rule down the tree (`verify_tree`), keep
         the accepted path and compact the target's cache to it, record."""
-        shape = r.tree[:max(0, r.max_new_tokens - len(r.new) - 1)]  # no deeper than the budget can use
+        policy = r.tree if isinstance(r.tree, AdaptiveTree) else None
+        shape = (policy.next_shape() if policy else r.tree)[:max(0, r.max_new_tokens - len(r.new) - 1)]
         t0 = time.perf_counter()
         proposal = r.drafter.propose_tree(r.ids, shape, r.params, r.generator) if shape else \
             TreeProposal(TokenTree((-1,), (r.ids[-1],)), None, 0, time.perf_counter() - t0)
@@ -129,13 +132,15 @@ class Engine:
         if len(tree.tokens) > 1:
             self.events.emit(TreeDraft, r.id, step=r.steps, position=n_before - 1, parents=list(tree.parents),
                              tokens=list(tree.tokens), drafter=r.drafter.name, ms=1e3 * proposal.seconds)
-        p, target_s = self._tree_pass(r, tree)  # (nodes, V)
+        p, target_s, uncached = self._tree_pass(r, tree)  # (nodes, V)
         verdict = verify_tree(p, proposal.q, tree, r.generator, check=False)  # warp made p one-hot when greedy
         emitted = r.commit(verdict.tokens)
         self._keep_path(r, n_before, verdict.path[:len(emitted)], bool(shape))
         self._record_tree(r, verdict, emitted, p, n_before - 1)
         r.stats.add_step(max(tree.depth), verdict.accepted, len(emitted), target_s, proposal.passes,
                          proposal.seconds)
+        if policy:
+            policy.update(tree, verdict, len(shape), proposal.seconds, target_s if uncached == 1 else None)
         if r.steps == 0:
             r.stats.mark_first_step(len(r.new), time.perf_counter() - r.started)
         r.steps += 1
@@ -149,7 +154,7 @@ class Engine:
             r.drafter.keep_path(n_before, path)
         self._roll_back(r)
 
-    def _tree_pass(self, r: Request, tree: TokenTree) -> tuple[torch.Tensor, float]:
+    def _tree_pass(self, r: Request, tree: TokenTree) -> tuple[torch.Tensor, float, int]:
         t0, held = time.perf_counter(), kv.length(r.cache)
         logits = kv.forward_tree(self.pair.target, r.ids, tree.parents, tree.tokens, r.cache, self.pair.vocab_size)
         p = warp(logits, r.params)  # (nodes, V): p[i], what follows node i
@@ -159,7 +164,7 @@ class Engine:
             self.events.emit(Prefill, r.id, cached=r.stats.cached_tokens, computed=len(r.ids) - held,
                              ms=1e3 * target_s)
         self.events.emit(Verify, r.id, step=r.steps, position=len(r.ids), n=len(tree.tokens), ms=1e3 * target_s)
-        return p, target_s
+        return p, target_s, len(r.ids) - held
 
     def _record_tree(self, r: Request, verdict: TreeVerdict, emitted: list[int], p: torch.Tensor, root: int) -> None:
         """Each child tried, an Accept or a Reject at its depth; then the resampled or bonus token."""
@@ -277,7 +282,7 @@ class Engine:
     def generate(self, prompt: str | list[int], max_new_tokens: int = 64, temperature: float = 0.0,
                  top_k: int | None = None, top_p: float | None = None, speculate: str | None = "model", k=2,
                  seed: int | None = None, ngram: int = 3, stop: str | list[str] | None = None,
-                 tree: tuple[int, ...] | None = None) -> Generation:
+                 tree: tuple[int, ...] | str | None = None) -> Generation:
         """Continue `prompt`: text (encoded with the tokenizer's special tokens, as transformers' `generate` would
         see it), or token ids (a list or a 1-D tensor). `speculate`: "model" (the draft LM), "ngram" (prompt
         lookup), "oracle" (the target drafts for itself), "adversary" (deliberately bad guesses) or None (plain
@@ -292,6 +297,8 @@ class Engine:
         rule = StopRule(self.pair.eos, stop_strings(stop), self.pair.decode)
         drafter = self.drafter(speculate, ngram)
         tree = check_tree(tree, speculate)
+        if tree == "adaptive":  # what it has learnt of acceptance and pass costs carries over, as for chains
+            tree = self.adaptive.setdefault(("tree", speculate, params), AdaptiveTree())
         if k == "adaptive" and drafter is not None:
             # what the adaptive policy has learnt about alpha and the costs carries over between requests
             policy = self.adaptive.setdefault((speculate, params), Adaptive())

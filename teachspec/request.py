@@ -24,6 +24,7 @@ from teachspec.radix.prefix import Lease
 from teachspec.sampling import SamplingParams
 from teachspec.speculative.drafters import Drafter
 from teachspec.speculative.policies import Policy
+from teachspec.speculative.tree_policy import AdaptiveTree
 from teachspec.stats import Stats
 from teachspec.stopping import StopRule
 
@@ -38,7 +39,7 @@ class Request:
     drafter: Drafter | None     # None for plain decoding
     policy: Policy              # how many tokens to guess
     generator: torch.Generator | None
-    tree: tuple[int, ...] | None = None  # a tree of guesses instead of a chain: most children per node by depth
+    tree: tuple[int, ...] | AdaptiveTree | None = None  # a tree of guesses: most children per node by depth
     ids: list[int] = field(init=False)
     cache: DynamicCache | None = None
     lease: Lease | None = None

@@ -126,8 +126,8 @@ def test_sampled_output_through_a_tree_is_the_targets_law(speculate, shape):
 
 
 @pytest.mark.parametrize("tree, message", [
-    ((0, 2), r"tree must be None or a tuple of 1 to 16 branching factors.* got \(0, 2\)"),
-    ("wide", r"tree must be None or a tuple"),
+    ((0, 2), r"tree must be None, 'adaptive' or a tuple of 1 to 16 branching factors.* got \(0, 2\)"),
+    ("wide", r"tree must be None, 'adaptive' or a tuple"),
     ((2, 2), r"tree=\(2, 2\) needs a drafter that can propose several branches: .* got speculate='adversary'"),
 ])
 def test_bad_trees_are_refused_before_anything_runs(tree, message):
