@@ -48,7 +48,7 @@ import traitlets
 from teachspec.busy import Watch, warning
 from teachspec.events import Event, EventLog
 from teachspec.widgets import page
-from teachspec.widgets.frames import Recorder, Snapshot
+from teachspec.widgets.frames import Recorder, Snapshot, replay
 from teachspec.widgets.live import Following
 from teachspec.widgets.text import TokenText, decoder
 
@@ -133,10 +133,15 @@ class ReplayView(anywidget.AnyWidget):
         with self._lock:
             return list(self._recorder.frames)
 
-    def snapshot(self) -> Snapshot:
-        """The view's state after the last event it consumed (what the browser shows at the newest frame)."""
-        with self._lock:
-            return self._recorder.snapshot()
+    def snapshot(self, frame: int | None = None) -> Snapshot:
+        """The view's state at frame `frame`, or after the last event it consumed when None (what the browser
+        shows at the newest frame): what a static picture (`to_svg`) draws."""
+        if frame is None:
+            with self._lock:
+                return self._recorder.snapshot()
+        if isinstance(frame, bool) or not isinstance(frame, int) or not 0 <= frame < len(self.frames):
+            raise ValueError(f"frame must be None (the newest) or an int in [0, {len(self.frames)}), got {frame!r}")
+        return replay(self.frames, frame + 1)
 
     def _consume(self, events: list[Event]) -> None:
         with self._lock:

@@ -38,7 +38,6 @@ from teachspec.events import Accept, Bonus, Event, Evict, Insert, Lock, Match, P
     RequestStart, Resample, Split, Unlock
 from teachspec.widgets import assets, layout, svg
 from teachspec.widgets.base import ReplayView
-from teachspec.widgets.frames import replay
 from teachspec.widgets.text import describe
 
 
@@ -304,10 +303,4 @@ class RadixTreeView(ReplayView):
 
     def to_svg(self, frame: int | None = None) -> str:
         """Frame `frame` (the newest when None) as SVG: Graphviz's drawing if `dot` is installed, else ours."""
-        if frame is None:
-            snapshot = self.snapshot()
-        elif isinstance(frame, int) and 0 <= frame < len(self.frames):
-            snapshot = replay(self.frames, frame + 1)
-        else:
-            raise ValueError(f"frame must be None (the newest) or an int in [0, {len(self.frames)}), got {frame!r}")
-        return svg.tree_svg(snapshot)
+        return svg.tree_svg(self.snapshot(frame))

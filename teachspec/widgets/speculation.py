@@ -33,7 +33,6 @@ from __future__ import annotations
 from teachspec.events import Accept, Bonus, Draft, Event, Finish, Reject, RequestStart, Resample, Verify
 from teachspec.widgets import assets, svg
 from teachspec.widgets.base import ReplayView
-from teachspec.widgets.frames import replay
 from teachspec.widgets.measure import Running
 
 
@@ -164,10 +163,4 @@ class SpeculationView(ReplayView):
 
     def to_svg(self, frame: int | None = None) -> str:
         """The text at frame `frame` (the newest when None) as SVG, for a page that cannot run the widget."""
-        if frame is None:
-            snapshot = self.snapshot()
-        elif isinstance(frame, int) and 0 <= frame < len(self.frames):
-            snapshot = replay(self.frames, frame + 1)
-        else:
-            raise ValueError(f"frame must be None (the newest) or an int in [0, {len(self.frames)}), got {frame!r}")
-        return svg.text_svg(snapshot)
+        return svg.text_svg(self.snapshot(frame))
