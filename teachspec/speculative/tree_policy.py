@@ -11,8 +11,8 @@ spends one pass per level. The policy keeps, with exponential forgetting (weight
 
 Before each step it picks, among `candidates` (no guess at all, chains, and trees), the shape with the most
 expected tokens per second, `theory.tree_tokens_per_second` (expected tokens: Sequoia's sum over nodes of the
-chance each is emitted). With one child per level and t constant this is the chain policy's Theorem 3.8. Now and
-then it tries another shape, so that estimates of shapes it stopped using do not go stale.
+chance each is emitted). With one child per level and t constant this is the chain policy's Theorem 3.8. Every
+`probe_every` steps it tries the runner-up instead, so that the estimates next to its choice do not go stale.
 """
 
 from __future__ import annotations
@@ -24,13 +24,17 @@ from teachspec.theory import static_tree, tree_tokens_per_second
 
 CANDIDATES = ((), (1,), (1, 1), (1, 1, 1), (1, 1, 1, 1), (1,) * 6, (2,), (2, 1), (2, 2), (2, 2, 1), (3, 1, 1),
               (2, 2, 1, 1), (3, 2, 1), (3, 2, 2, 1), (4, 2, 2, 1))
+# the first steps time passes over 1, 3, 7 and 11 nodes and see children of every rank; t(n) for the other sizes is
+# read off the line through those until a shape of that size is used
+WARMUP = ((), (1, 1), (2, 2, 1), (3, 2, 2, 1))
 
 
 @dataclass
 class AdaptiveTree:
     candidates: tuple[tuple[int, ...], ...] = CANDIDATES
     decay: float = 0.98
-    probe_every: int = 8  # try the next shape in the list this often
+    probe_every: int = 16  # this often, try the runner-up instead of the best, so its estimates stay fresh
+    warmup: tuple[tuple[int, ...], ...] = WARMUP
     tried: dict[tuple[int, int], float] = field(default_factory=dict)  # (depth, rank) -> decayed tries
     accepted: dict[tuple[int, int], float] = field(default_factory=dict)
     passes: dict[int, list[float]] = field(default_factory=dict)  # nodes -> [decayed seconds, decayed count]
@@ -41,7 +45,7 @@ class AdaptiveTree:
     def __post_init__(self):
         if not 0 < self.decay < 1:
             raise ValueError(f"decay must be in (0, 1), got {self.decay!r}")
-        for shape in self.candidates:
+        for shape in self.candidates + self.warmup:
             static_tree(shape)  # refuses a shape that is not a tuple of ints >= 1
 
     def acceptance(self) -> list[list[float]]:
@@ -70,12 +74,11 @@ class AdaptiveTree:
         return tree_tokens_per_second(static_tree(shape), self.acceptance(), self.pass_s, per_level * len(shape))
 
     def next_shape(self) -> tuple[int, ...]:
-        if self.steps < len(self.candidates):  # warm-up: every candidate once, so each has a measured pass
-            shape = self.candidates[self.steps]
-        elif self.steps % self.probe_every == 0:
-            shape = self.candidates[self.steps // self.probe_every % len(self.candidates)]
+        if self.steps < len(self.warmup):
+            shape = self.warmup[self.steps]
         else:
-            shape = max(self.candidates, key=self.tokens_per_s)
+            ranked = sorted(self.candidates, key=self.tokens_per_s, reverse=True)
+            shape = ranked[1] if self.steps % self.probe_every == 0 and len(ranked) > 1 else ranked[0]
         self.last = shape
         return shape
 
