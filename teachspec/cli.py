@@ -8,7 +8,7 @@
     teachspec course my-course                       # the notebooks, assignments and traces, ready to open
     teachspec student assignments/a1_acceptance_rule.ipynb   # the student version of an assignment
     teachspec traces                                 # re-record the traces the notebooks replay
-    teachspec pin 05_radix_attention.ipynb           # run a notebook, keep only the outputs nbval checks
+    teachspec pin 05_radix_attention.ipynb           # run a notebook, keep the outputs nbval checks and the pictures
 
 Quick to answer. Nothing heavy is imported here: torch and transformers load only once a command runs, so
 `teachspec --help` and every `--help` answer at once. Every argument is checked by the parsers below before a
@@ -416,7 +416,8 @@ def parser() -> Parser:
     t.add_argument("--threads", type=whole(1), default=None, help="CPU threads for torch (default: the policy)")
     t.set_defaults(run=cmd_traces, parser=t)
 
-    p = command(sub, "pin", help="run notebooks top to bottom, keep only the outputs nbval checks")
+    p = command(sub, "pin",
+                help="run notebooks top to bottom, keep the outputs nbval checks and the # SNAPSHOT pictures")
     p.add_argument("notebooks", nargs="+", type=notebook, help="the notebooks, rewritten in place")
     p.add_argument("--strip", action="store_true", help="only clean the notebooks, without running them")
     p.add_argument("--timeout", type=whole(1), default=600, help="seconds a cell may run (default 600)")

@@ -172,3 +172,144 @@ def test_a_check_before_the_exercise_says_what_to_do():
 
     with pytest.raises(CheckFailed, match="insert still raises NotImplementedError"):
         checks.check_radix(Todo)
+
+
+# -- assignment 4: the multi-draft rule ------------------------------------------------------------------------------
+
+A4 = ROOT / "notebooks" / "assignments" / "a4_multi_draft.ipynb"
+
+
+def _graded_code(path: Path) -> list[tuple[str, int, str]]:
+    """(grade_id, points, source) of every graded code cell, hidden tests included: what the autograder runs."""
+    nb = nbformat.read(path, as_version=4)
+    return [(c.metadata["nbgrader"]["grade_id"], c.metadata["nbgrader"]["points"], c.source)
+            for i, c in enumerate(nb.cells) if i in check_cells(nb)]
+
+
+def _hidden(source: str) -> str:
+    return source.split(BEGIN_HIDDEN, 1)[1].split("### END HIDDEN TESTS", 1)[0]
+
+
+def _node_rule_with(bug: str | None, residual, remove):
+    """A student's node_rule as it is commonly written, with one of the classic multi-draft bugs in it."""
+    def node_rule(p, q, children, kind):
+        target, proposal, chances = p, q, []
+        for x in children:
+            chances.append(min(1.0, float(target[x] / proposal[x])) if proposal[x] > 0 else 0.0)
+            if bug != "no residual between siblings":
+                target = residual(target, proposal)
+            if kind == "without_replacement" and bug != "rejected token left in q":
+                proposal = remove(proposal, x)
+        return chances, p if bug == "last token from p, not the residual" else target
+
+    return node_rule
+
+
+def test_a4_solution_gets_full_marks():
+    """Every graded code cell of the solution, hidden tests included, passes: all its points."""
+    ns = _solution_namespace(A4)
+    graded = _graded_code(A4)
+    assert [g for g, _, _ in graded] == ["check_remove", "check_node_rule", "check_multi_draft_step"]
+    earned = 0
+    for _, points, source in graded:
+        exec(compile(source, str(A4), "exec"), ns)  # noqa: S102 -- raises on a failed check
+        earned += points
+    assert earned == 10
+
+
+@pytest.mark.parametrize("bug, message", [
+    ("no residual between siblings", "Update p' after every rejection"),
+    ("rejected token left in q", r"token 2 removed, q' = \[0.4, 0.6, 0\]"),
+    ("last token from p, not the residual", "the token comes from the last residual"),
+])
+def test_a4_each_classic_bug_loses_the_points_of_the_rule(bug, message):
+    """The graded cell fails, and so do its hidden tests on their own, with a message that says what is wrong."""
+    ns = _solution_namespace(A4)
+    ns["node_rule"] = _node_rule_with(bug, ns["residual"], ns["remove"])
+    (_, _, source), = [g for g in _graded_code(A4) if g[0] == "check_node_rule"]
+    with pytest.raises(CheckFailed, match=message):
+        exec(compile(source, str(A4), "exec"), ns)  # noqa: S102
+    with pytest.raises(CheckFailed):
+        exec(compile(_hidden(source), str(A4), "exec"), ns)  # noqa: S102
+
+
+@pytest.mark.parametrize("bug", checks.NODE_BUGS)
+def test_a4_the_exact_law_names_a_bug_that_the_worked_examples_miss(bug):
+    """A rule right on the check's worked examples (as if copied from them) and wrong elsewhere is caught by the
+    exact enumeration, which says which classic bug its law is."""
+    ns = _solution_namespace(A4)
+    right, wrong = ns["node_rule"], _node_rule_with(bug, ns["residual"], ns["remove"])
+
+    def node_rule(p, q, children, kind):
+        worked = q.tolist() == [0.2, 0.3, 0.5] and len(children) == 2
+        return (right if worked else wrong)(p, q, children, kind)
+
+    hint = {"no residual between siblings": "not replaced by the residual",
+            "rejected token left in q": "judged by q as if drawn independently",
+            "last token from p, not the residual": "comes from the original p"}[bug]
+    with pytest.raises(CheckFailed, match=rf"follow p exactly, but token \d+ .* {hint}"):
+        checks.check_node_rule(node_rule)
+
+
+def test_a4_the_checks_reference_rule_is_the_librarys():
+    """The checks' reference (and so the diagnoses) agrees with teachspec's own verify_children: the same chance
+    for every child tried and the same residual when all are rejected."""
+    from teachspec.speculative.tree import TokenTree, verify_children
+
+    g = torch.Generator().manual_seed(0)
+    never = [1 - 2.0**-53] * 3  # uniforms that reject every child whose chance is below 1
+    for _ in range(200):
+        vocab = int(torch.randint(3, 6, (), generator=g))
+        p = torch.rand(vocab, generator=g, dtype=torch.float64) ** 3
+        q = torch.rand(vocab, generator=g, dtype=torch.float64) ** 3
+        p[torch.rand(vocab, generator=g) < 0.3] = 0.0
+        p, q = (p + (p.sum() == 0)) / (p + (p.sum() == 0)).sum(), q / q.sum()
+        for kind in checks.KINDS:
+            children = torch.multinomial(q, 3, replacement=kind == "independent", generator=g).tolist()
+            tree = TokenTree((-1, 0, 0, 0), (0, *children))
+            child, records, final = verify_children(p, q, tree, 0, never, kind)
+            chances, mine = checks.reference_node_rule()(p, q, children, kind)
+            assert chances[:len(records)] == pytest.approx([min(1.0, r.ratio) for r in records], abs=1e-12)
+            if child is None:
+                assert torch.allclose(mine, final, atol=1e-12)
+
+
+def test_a4_sampling_the_last_token_from_p_fails():
+    from teachspec.sampling import sample
+
+    ns = _solution_namespace(A4)
+
+    def wrong(p, q, children, kind, generator):
+        chances, _ = ns["node_rule"](p, q, children, kind)
+        for j, chance in enumerate(chances):
+            if torch.rand((), generator=generator, dtype=torch.float64) < chance:
+                return j, children[j]
+        return None, sample(p, generator).item()  # the bug: p, not the last residual
+
+    with pytest.raises(CheckFailed, match="the token leaving the node, children independent"):
+        checks.check_multi_draft_step(wrong)
+
+
+def test_a4_remove_in_place_or_without_renormalising_fails():
+    def in_place(q, x):
+        q[x] = 0.0
+        return q / q.sum()
+
+    def unnormalised(q, x):
+        kept = q.clone()
+        kept[x] = 0.0
+        return kept
+
+    with pytest.raises(CheckFailed, match="changed q in place"):
+        checks.check_remove(in_place)
+    with pytest.raises(CheckFailed, match=r"remove\(q=\[0.5, 0.3, 0.2\], x=0\): expected \[0.0, 0.6, 0.4\]"):
+        checks.check_remove(unnormalised)
+
+
+def test_a4_checks_before_the_exercise_say_what_to_do():
+    def todo(*args):
+        raise NotImplementedError()
+
+    for check in (checks.check_remove, checks.check_node_rule, checks.check_multi_draft_step):
+        with pytest.raises(CheckFailed, match="NotImplementedError.*Replace `raise NotImplementedError\\(\\)`"):
+            check(todo)

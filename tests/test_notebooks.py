@@ -39,7 +39,7 @@ def _pair_loadable() -> bool:
 # -- what is committed ---------------------------------------------------------------------------------------------
 
 def test_the_course_is_all_there():
-    assert len(LECTURES) == 8, [p.name for p in LECTURES]
+    assert len(LECTURES) == 9, [p.name for p in LECTURES]
     assert len(SOLUTIONS) >= 3, [p.name for p in SOLUTIONS]
     index = nbformat.read(NOTEBOOKS / "index.ipynb", as_version=4)
     text = "\n".join(c.source for c in index.cells)
@@ -47,18 +47,32 @@ def test_the_course_is_all_there():
         assert _id(path) in text, f"index.ipynb does not link {_id(path)}"
 
 
-MAX_BYTES = 60_000          # a notebook's file: text, code and its few pinned outputs
+MAX_BYTES = 500_000         # a notebook's file: text, code, its few pinned outputs and its snapshots
 MAX_OUTPUT_CHARS = 4_000    # one pinned output: a few lines that nbval compares
+MAX_PICTURE_BYTES = 150_000  # one snapshot's picture: an SVG of a chart or a view, or a small PNG
 TEXT_TYPES = {"text/plain", "text/markdown"}
+IMAGE_TYPES = {"image/svg+xml", "image/png"}
+SNAPSHOT = "# SNAPSHOT"
 
 
 def _pinned(cell) -> bool:
     return cell.cell_type == "code" and cell.source.startswith(PIN)
 
 
+def _snapshot(cell) -> bool:
+    return cell.cell_type == "code" and cell.source.startswith(SNAPSHOT)
+
+
+def _pictures(nb) -> list[tuple[int, str, int]]:
+    """(cell, mime type, bytes) of every image output in the notebook."""
+    return [(i, kind, len(out.data[kind])) for i, cell in enumerate(nb.cells) if cell.cell_type == "code"
+            for out in cell.outputs for kind in IMAGE_TYPES & set(out.get("data", {}))]
+
+
 def _unclean(nb, size: int) -> list[str]:
-    """What makes a committed notebook not clean and small: saved widget state, outputs on cells nbval does not
-    check, pinned cells with nothing to compare, anything but a few lines of text."""
+    """What makes a committed notebook not clean and small: saved widget state, outputs on cells that are neither
+    pinned (nbval checks them) nor snapshots (their pictures), pinned cells with nothing to compare, pinned outputs
+    that are not a few lines of text, snapshot outputs that are not one small picture each."""
     problems = []
     if size >= MAX_BYTES:
         problems.append(f"{size} bytes (at most {MAX_BYTES}): clear the outputs of cells that are not pinned")
@@ -66,6 +80,21 @@ def _unclean(nb, size: int) -> list[str]:
         problems.append("saved widget state in the notebook's metadata")
     for i, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
+            continue
+        if _snapshot(cell):
+            if not cell.outputs:
+                problems.append(f"cell {i} is a snapshot ({SNAPSHOT}) but has no picture")
+            if cell.execution_count is None:  # nbval fails such a cell: "Unrun reference cell has outputs"
+                problems.append(f"cell {i} is a snapshot with no execution count")
+            for out in cell.outputs:
+                kinds = set(out.get("data", {}))
+                if out.output_type != "display_data" or not kinds or not kinds <= IMAGE_TYPES:
+                    problems.append(f"cell {i} is a snapshot with a {out.output_type} output {sorted(kinds)}: "
+                                    f"keep its pictures only")
+                for kind in kinds & IMAGE_TYPES:
+                    if len(out.data[kind]) > MAX_PICTURE_BYTES:
+                        problems.append(f"cell {i} has a {len(out.data[kind])}-byte picture "
+                                        f"(at most {MAX_PICTURE_BYTES})")
             continue
         if not _pinned(cell):
             if cell.outputs or cell.execution_count is not None:
@@ -88,8 +117,8 @@ def _unclean(nb, size: int) -> list[str]:
 
 @pytest.mark.parametrize("path", ALL, ids=_id)
 def test_committed_clean_and_small(path):
-    """Committed with outputs only on the cells nbval checks, produced by a run with the bundled pair
-    (`python -m teachspec.course.pin`), and no widget state."""
+    """Committed with outputs only on the cells nbval checks and pictures only on snapshot cells, produced by a run
+    with the bundled pair (`python -m teachspec.course.pin`), and no widget state."""
     nb = nbformat.read(path, as_version=4)
     nbformat.validate(nb)
     assert not _unclean(nb, path.stat().st_size), f"{_id(path)}: {_unclean(nb, path.stat().st_size)}"
@@ -117,6 +146,44 @@ def test_an_unclean_notebook_is_refused():
         assert any(expect in p for p in problems), (expect, problems)
 
 
+def test_a_snapshot_keeps_one_small_picture_and_nothing_else():
+    from nbformat.v4 import new_code_cell, new_notebook, new_output
+
+    def snap(data, kind="display_data", count=2):
+        extra = {"execution_count": 3} if kind == "execute_result" else {}
+        return new_code_cell(f"{SNAPSHOT}\nfig", execution_count=count, outputs=[new_output(kind, data=data, **extra)])
+
+    svg = {"image/svg+xml": "<svg xmlns='http://www.w3.org/2000/svg'/>"}
+    assert _unclean(new_notebook(cells=[snap(svg)]), 1_000) == []
+    for cell, expect in ((snap({**svg, "application/vnd.plotly.v1+json": {"data": []}}), "keep its pictures only"),
+                         (snap({"text/plain": "<Figure>"}), "keep its pictures only"),
+                         (snap(svg, count=None), "no execution count"),
+                         (snap(svg, "execute_result", count=3), "keep its pictures only"),
+                         (new_code_cell(f"{SNAPSHOT}\nfig"), "has no picture"),
+                         (snap({"image/svg+xml": "<svg>" + "x" * MAX_PICTURE_BYTES + "</svg>"}), "-byte picture")):
+        problems = _unclean(new_notebook(cells=[cell]), 1_000)
+        assert any(expect in p for p in problems), (expect, problems)
+
+
+@pytest.mark.parametrize("path", LECTURES, ids=_id)
+def test_every_lecture_shows_a_picture_without_running(path):
+    """A code-hosting site or nbviewer, which run nothing, show at least one committed picture of each lecture
+    (a `# SNAPSHOT` cell's SVG or PNG), and the notebook stays small."""
+    import base64
+    import xml.etree.ElementTree as ET
+
+    nb = nbformat.read(path, as_version=4)
+    pictures = _pictures(nb)
+    assert pictures, f"{_id(path)} has no image or SVG output: mark a chart or a view's still {SNAPSHOT} and pin it"
+    assert path.stat().st_size < MAX_BYTES, f"{_id(path)} is {path.stat().st_size} bytes (at most {MAX_BYTES})"
+    for i, kind, _ in pictures:
+        for out in nb.cells[i].outputs:
+            if kind == "image/svg+xml" and kind in out.get("data", {}):
+                ET.fromstring(out.data[kind])  # a well-formed SVG document, or this raises
+            elif kind == "image/png" and kind in out.get("data", {}):
+                assert base64.b64decode(out.data[kind])[:8] == b"\x89PNG\r\n\x1a\n", f"{_id(path)} cell {i}"
+
+
 def test_pin_keeps_the_pinned_outputs_and_nothing_else():
     from nbformat.v4 import new_code_cell, new_notebook, new_output
 
@@ -127,10 +194,17 @@ def test_pin_keeps_the_pinned_outputs_and_nothing_else():
         new_code_cell(f"{PIN}\nprint(6 * 7)", execution_count=1, outputs=[kept]),
         new_code_cell("view", execution_count=2, outputs=[new_output(
             "display_data", data={"application/vnd.jupyter.widget-view+json": {"model_id": "ab"}})])])
+    nb.cells.append(new_code_cell(f"{SNAPSHOT}\nfig", execution_count=3, outputs=[
+        new_output("stream", name="stdout", text="timings that change every run\n"),
+        new_output("execute_result", execution_count=3, metadata={"image/svg+xml": {"isolated": True}}, data={
+            "application/vnd.plotly.v1+json": {"data": [], "layout": {}}, "image/svg+xml": "<svg/>"})]))
     assert _unclean(nb, 1_000)
     clean = strip(nb)
     assert _unclean(clean, 1_000) == [] and clean.cells[0].outputs == [kept]
     assert clean.cells[1].outputs == [] and clean.cells[1].execution_count is None
+    snapshot, = clean.cells[2].outputs  # the picture alone: no text, no chart JSON, no metadata
+    assert snapshot.output_type == "display_data" and snapshot.data == {"image/svg+xml": "<svg/>"}
+    assert not snapshot.metadata and clean.cells[2].execution_count == 3
 
 
 @pytest.mark.parametrize("path", [*LECTURES, *[p for p in SOLUTIONS if "pick_pair" in p.read_text()]], ids=_id)
@@ -214,11 +288,36 @@ def test_nbval_compares_pinned_outputs_and_only_those(tmp_path):
 
     path = tmp_path / "pinned.ipynb"
     nbformat.write(notebook("42\n"), path)
+    # a snapshot's stored picture never matches a fresh run's (its numbers are timings): nbval must not compare it
+    nb = notebook("42\n")
+    nb.cells.append(new_code_cell(f"{SNAPSHOT}\nfrom IPython.display import SVG\n"
+                                  "SVG('<svg xmlns=\"http://www.w3.org/2000/svg\"><text>run</text></svg>')",
+                                  execution_count=3,
+                                  outputs=[new_output("display_data", data={"image/svg+xml": "<svg>stored</svg>"})]))
+    nbformat.write(nb, path)
     run = _nbval(path)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     nbformat.write(notebook("41\n"), path)
     run = _nbval(path)
     assert run.returncode != 0 and "Cell outputs differ" in run.stdout, run.stdout[-3000:]
+
+
+def test_nbconvert_to_html_shows_a_chart_without_running():
+    """`jupyter nbconvert --to html` (no --execute) of a committed lecture shows its charts: the page has no
+    plotly.js, so each chart is its snapshot's SVG, as an <img> (nbconvert's lab template) or inline <svg>, with
+    the chart's title in it."""
+    import base64
+
+    path = NOTEBOOKS / "04_how_much_faster_and_when.ipynb"
+    run = subprocess.run([sys.executable, "-m", "nbconvert", "--to", "html", "--stdout", str(path)],
+                         capture_output=True, text=True, timeout=300, check=False)
+    assert run.returncode == 0, run.stderr[-2000:]
+    page = run.stdout[run.stdout.index("<body"):]  # past the stylesheet's icons, which are SVGs too
+    shown = re.findall(r"<svg\b.*?</svg>", page, flags=re.S) + [
+        base64.b64decode(data).decode() for data in re.findall(r'<img[^>]+src="data:image/svg\+xml;base64,([^"]+)"',
+                                                                page)]
+    for title in ("Tokens per target pass", "Speedup against k"):
+        assert any(title in picture for picture in shown), f"{len(shown)} pictures, none of them {title!r}"
 
 
 @pytest.mark.skipif(not _pair_loadable(), reason="the bundled pair is not on disk; set TEACHSPEC_NOTEBOOK_PAIR=config")

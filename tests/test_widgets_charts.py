@@ -71,3 +71,107 @@ def test_speedup_against_k_needs_the_plain_baseline(pair):
     with pytest.raises(ValueError, match="include k = 0"):
         charts.speedup_vs_k({1: runs[1]})
 
+
+
+# -- one style, and a static picture of every chart -----------------------------------------------------------------
+
+def _svg(fig):
+    import xml.etree.ElementTree as ET
+    text = fig.to_svg()
+    return text, ET.fromstring(text)  # a well-formed SVG document, or this raises
+
+
+def test_every_chart_is_one_style_and_carries_its_picture(log, monkeypatch):
+    import plotly.io as pio
+
+    monkeypatch.setattr(pio.renderers, "default", "plotly_mimetype")  # as in a Jupyter kernel
+    for chart in (charts.acceptance_by_position, charts.tokens_per_pass, charts.timeline, charts.cache_over_time):
+        fig = chart(log)
+        assert isinstance(fig, charts.Chart), chart.__name__
+        assert fig.layout.font.size >= 14 and fig.layout.title.font.size > fig.layout.font.size, chart.__name__
+        assert fig.layout.legend.orientation == "h" and fig.layout.legend.y > 1, chart.__name__  # above the plot
+        bundle = fig._repr_mimebundle_()
+        assert "application/vnd.plotly.v1+json" in bundle and bundle["image/svg+xml"] == fig.to_svg()
+        text, root = _svg(fig)
+        assert fig.layout.title.text in text, chart.__name__
+        for trace in fig.data:
+            assert trace.name in text, (chart.__name__, trace.name)
+        sizes = [float(e.get("font-size")) for e in root.iter() if e.get("font-size")]
+        assert sizes and min(sizes) >= 14, (chart.__name__, sizes)
+
+
+def test_the_same_thing_has_the_same_colour_in_every_chart(log):
+    timeline = {t.name: t.marker.color for t in charts.timeline(log).data}
+    cached, locked, hits = charts.cache_over_time(log).data
+    assert timeline == {"draft": charts.COLORS["draft"], "target": charts.COLORS["target"]}
+    assert charts.acceptance_by_position(log).data[0].marker.color == charts.COLORS["draft"]
+    assert locked.line.color == charts.COLORS["in_use"] != charts.COLORS.get("rejected", "#dc2626")
+    assert cached.line.color == charts.COLORS["target"] and hits.marker.color == charts.COLORS["hit"]
+
+
+def test_the_picture_draws_the_figures_data():
+    from teachspec.widgets.chartsvg import figure_svg
+
+    fig = charts.figure("bars", "x", "y")
+    fig.add_bar(x=[0, 1, 2], y=[0.5, 1.0, 0.25], name="b", marker_color="#123456")
+    fig.add_scatter(x=[0, 1, 2], y=[1, 2, 3], name="s", mode="lines+markers", line=dict(color="#654321", dash="dash"),
+                    yaxis="y2")
+    fig.add_hline(y=0.75, line_color="#abcdef", annotation_text="a line")
+    fig.update_layout(yaxis2=dict(overlaying="y", side="right", title="right"))
+    text, root = _svg(fig)
+    ns = "{http://www.w3.org/2000/svg}"
+    bars = [r for r in root.iter(ns + "rect") if r.get("fill") == "#123456"]
+    assert len(bars) == 3 + 1  # three bars and the legend's swatch
+    heights = [float(r.get("height")) for r in bars[1:]]  # bars[0] is the swatch, drawn first
+    assert heights[1] == pytest.approx(2 * heights[0], rel=0.02)
+    assert heights[2] == pytest.approx(heights[0] / 2, rel=0.02)
+    line, = [p for p in root.iter(ns + "polyline") if p.get("stroke") == "#654321"]
+    assert len(line.get("points").split()) == 3 and line.get("stroke-dasharray")
+    assert [e for e in root.iter(ns + "line") if e.get("stroke") == "#abcdef"] and "a line" in text and "right" in text
+    hist = charts.figure("h", "x", "y")
+    hist.add_histogram(x=[1, 2, 2, 3, 3, 3], xbins=dict(start=0.5, end=3.5, size=1), marker_color="#111111", name="n")
+    drawn = [float(r.get("height")) for r in _svg(hist)[1].iter(ns + "rect") if r.get("fill") == "#111111"][1:]
+    assert drawn == pytest.approx([drawn[0], 2 * drawn[0], 3 * drawn[0]], rel=0.02)
+    pie = charts.figure("p", "", "")
+    pie.add_pie(values=[1, 2])
+    assert "does not draw" in figure_svg(pie)  # left out, and said so, rather than drawn wrong
+
+
+def test_a_chart_shows_the_alpha_and_c_it_is_given(pair):
+    runs = {}
+    for k in (0, 2):
+        engine = Engine(pair, cache_tokens=0)
+        engine.generate(PROMPTS[0], 12, temperature=1.0, speculate="model" if k else None, k=k, seed=0)
+        runs[k] = engine.events
+    measured, formula = charts.speedup_vs_k(runs, alpha=0.5, c=0.25).data
+    assert "alpha = 0.50, c = 0.250" in formula.name
+    assert list(formula.y) == pytest.approx([float(theory.speedup(0.5, k, 0.25)) for k in formula.x])
+    pooled = Running()
+    for e in runs[2]:
+        pooled.add(e)
+    assert f"alpha = {pooled.alpha:.2f}" in charts.speedup_vs_k(runs).data[1].name  # judged guesses, by default
+
+
+def test_the_speculation_views_still_shows_every_token_with_its_verdict(pair):
+    import xml.etree.ElementTree as ET
+
+    from teachspec.widgets import SpeculationView
+    from teachspec.widgets.svg import TOKEN_COLORS, visible
+
+    engine = Engine(pair, cache_tokens=0)
+    engine.generate(PROMPTS[0], 24, temperature=1.0, k=3, seed=0)
+    view = SpeculationView(engine.events, decode=pair)
+    root = ET.fromstring(view.to_svg())
+    ns = "{http://www.w3.org/2000/svg}"
+    tokens = [it for it in view.snapshot().items.values() if it.get("kind") in TOKEN_COLORS]
+    chips = [r for r in root.iter(ns + "rect") if r.get("height") == "24"]
+    assert len(chips) == len(tokens)  # one chip per token, the prompt as one
+    for kind in {it["kind"] for it in tokens}:
+        drawn = sum(r.get("stroke") == TOKEN_COLORS[kind][1] for r in chips)
+        assert drawn == sum(it["kind"] == kind for it in tokens), kind
+    struck = [e for e in root.iter(ns + "line") if e.get("stroke") == TOKEN_COLORS["rejected"][1]]
+    assert len(struck) == sum(it["kind"] == "rejected" for it in tokens)
+    assert visible("\n", 1) == "↵" and visible("  ", 1) == "␣␣" and visible(None, 7) == "#7"
+    assert ET.fromstring(view.to_svg(frame=0)) is not None
+    with pytest.raises(ValueError, match="frame must be"):
+        view.to_svg(frame=len(view.frames))

@@ -6,6 +6,7 @@
     RadixTreeView(log, decode=pair, budget=4096)       the cache tree changing, with a memory bar
     SpeculationView.live(engine.events, decode=pair)   the same, following a generation while it runs
     charts.acceptance_by_position(log)                 plotly figures of a whole run (see charts.py)
+    view.to_svg(), chart.to_svg()                      still pictures, for pages that run no widget or plotly.js
 
 A view reads nothing but events, so any trace saved with `EventLog.save` replays in it. Its frames are computed
 once in Python and stepped through in the browser (play, pause, step, slider, speed), kernel or not:
@@ -25,8 +26,9 @@ Where things live, each module importing only those above it in this list:
     frames.py   the frame state machine (Recorder) and replaying frames     text.py    token text, decoders
     live.py     following a running log without slowing it                  page.py    a view as HTML
     base.py     ReplayView: a view's frames sent to the browser             layout.py  the tree's layout
-    speculation.py, radix.py   the two views                                svg.py     the tree as a picture
+    speculation.py, radix.py   the two views                                svg.py     tree and text as pictures
     export.py   the views of a trace, and export_html                       measure.py, charts.py   numbers
+                                                                            chartsvg.py  a chart as a picture
 """
 
 from teachspec.widgets import charts

@@ -40,6 +40,7 @@ COLORS = {                     # one colour per thing, in every chart and in the
     "plain": "#6b7280",        # plain decoding, the baseline
     "in_use": "#0d9488",       # tokens locked by a running request (a state, not an error: never red)
     "hit": "#16a34a",          # cache hits
+    "emitted": "#16a34a",      # what speculative decoding emitted (the views' accepted green)
     "fcfs": "#6b7280", "lpm": "#db2777", "dfs": "#0891b2",  # the schedules of notebook 6
 }
 DRAFT, TARGET = COLORS["draft"], COLORS["target"]

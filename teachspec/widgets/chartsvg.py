@@ -226,18 +226,19 @@ def _place(v, ref: str, axis: _Axis) -> float:
 
 
 def _marker(x: float, y: float, color: str, size: float, symbol: str | None) -> str:
-    r = size / 2
-    if symbol and symbol.startswith("square"):
-        return f'<rect x="{x - r:.1f}" y="{y - r:.1f}" width="{size:.1f}" height="{size:.1f}" fill="{color}"/>'
-    if symbol and symbol.startswith("diamond"):
+    """A marker: circle, square, diamond or triangle, filled or (a symbol ending in "-open") hollow."""
+    r, symbol = size / 2, symbol or "circle"
+    paint = (f'fill="white" fill-opacity="0" stroke="{color}" stroke-width="2.5"' if symbol.endswith("-open")
+             else f'fill="{color}" stroke="{color}"')
+    if symbol.startswith("square"):
+        return f'<rect x="{x - r:.1f}" y="{y - r:.1f}" width="{size:.1f}" height="{size:.1f}" {paint}/>'
+    if symbol.startswith("diamond"):
         return (f'<polygon points="{x:.1f},{y - r * 1.3:.1f} {x + r * 1.3:.1f},{y:.1f} {x:.1f},{y + r * 1.3:.1f} '
-                f'{x - r * 1.3:.1f},{y:.1f}" fill="{color}"/>')
-    if symbol and symbol.startswith("triangle"):
+                f'{x - r * 1.3:.1f},{y:.1f}" {paint}/>')
+    if symbol.startswith("triangle"):
         return (f'<polygon points="{x:.1f},{y - r * 1.3:.1f} {x + r * 1.2:.1f},{y + r:.1f} '
-                f'{x - r * 1.2:.1f},{y + r:.1f}" fill="{color}"/>')
-    hollow = symbol and symbol.endswith("-open")
-    fill = 'fill="white" stroke-width="2.5"' if hollow else f'fill="{color}"'
-    return f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{r:.1f}" {fill} stroke="{color}"/>'
+                f'{x - r * 1.2:.1f},{y + r:.1f}" {paint}/>')
+    return f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{r:.1f}" {paint}/>'
 
 
 def _key(x: float, y: float, color: str, t: dict) -> str:

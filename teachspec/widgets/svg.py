@@ -109,9 +109,9 @@ def visible(text: str | None, token: int | None) -> str:
     """A token's text with its whitespace drawn: a newline as a return glyph, a token of blanks as open boxes."""
     if text is None:
         return f"#{token}"
-    if not text.strip(" "):
-        return "␣" * max(1, len(text)) if "\n" not in text else text.replace(" ", "␣").replace("\n", "↵")
-    return text.replace("\n", "↵").replace("\t", "⇥").replace(" ", "\u00a0")
+    if not text.strip():  # whitespace alone: draw every character of it
+        return text.replace("\n", "↵").replace("\t", "⇥").replace(" ", "␣") or "∅"
+    return text.replace("\n", "↵").replace("\t", "⇥").replace(" ", "\u00a0")  # a word keeps its spacing
 
 
 def text_svg(snapshot: Snapshot, width: int = 960, max_tokens: int = 300) -> str:
