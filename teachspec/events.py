@@ -42,7 +42,8 @@ Speculation (one *step* = one draft of k tokens followed by one target pass over
 
 Radix cache (node ids are stable for a node's life; the root is node 0)
     Match    node (deepest node of the match), length (tokens matched), path (node ids root -> node)
-    Insert   node (new leaf, or -1 when nothing new), parent, tokens (new tokens stored), cached (already present)
+    Insert   node (new leaf, or -1 when nothing new), parent, tokens (new tokens stored), cached (already present),
+             ids (the new tokens themselves, so a view labels the node with its text; absent in older traces)
     Split    node (the node that was cut), new (the new parent holding the first `at` tokens), parent, at
     Evict    node, parent, tokens (count freed)
     Lock     node (deepest node locked), locks (its lock count afterwards), protected (protected tokens after)
@@ -226,6 +227,7 @@ class Insert(Event):
     parent: int
     tokens: int
     cached: int
+    ids: list[int] | None = None
 
 
 @dataclass(slots=True)

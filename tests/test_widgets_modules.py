@@ -170,3 +170,20 @@ def test_views_of_one_log_are_linked_and_of_different_logs_are_not():
     assert SpeculationView(EventLog()).link != spec.link
     nodes = [i for i in tree.snapshot().items.values() if not i.get("stub") and i["parent"] is not None]
     assert nodes and all(isinstance(n["offset"], int) and n["requests"] for n in nodes)  # what links node to text
+
+
+def test_a_hand_built_trees_nodes_are_labelled_with_their_tokens():
+    """A RadixCache used on its own (no engine, no request to recover text from): its Insert events carry the
+    tokens, so the view's nodes show text, not just a count."""
+    from teachspec import EventLog, RadixCache, load_pair
+    from teachspec.widgets import RadixTreeView
+
+    pair = load_pair("tiny")
+    log = EventLog()
+    tree = RadixCache(events=log)
+    system = pair.encode("You are a helpful assistant.")
+    tree.insert(system + pair.encode(" Hello"), [None] * (len(system) + len(pair.encode(" Hello"))))
+    tree.insert(system + pair.encode(" Goodbye"), [None] * (len(system) + len(pair.encode(" Goodbye"))))
+    items = RadixTreeView(log, decode=pair).snapshot().items
+    texts = sorted(i["text"] for i in items.values() if i.get("text"))
+    assert "You are a helpful assistant." in texts and " Hello" in texts and " Goodbye" in texts

@@ -323,7 +323,7 @@ class RadixCache:
             self._refresh(leaf)
             self._refresh(parent)
         self._emit(Insert, request, node=leaf.id if leaf else -1, parent=parent.id, tokens=len(key) - cached,
-                   cached=cached)
+                   cached=cached, ids=list(key[cached:]))
         self._after()
         return cached
 
