@@ -92,3 +92,17 @@ def chat_tokenizer():
     tok.chat_template = ("{{ bos_token }}{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
                          "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
     return tok
+
+
+def assert_draft_holds_committed_tokens(r, pair) -> None:
+    """After a step: the draft model's cache holds a prefix of the committed tokens (never a rejected guess), and its
+    keys and values equal the draft's own fresh prefill of that prefix."""
+    from teachspec import kv
+
+    cache, held = r.drafter.cache, r.drafter.cached
+    assert kv.length(cache) == len(held) <= len(r.ids) - 1 and held == r.ids[:len(held)]
+    fresh = kv.new_cache(pair.draft)
+    kv.forward(pair.draft, held, fresh, 1, pair.vocab_size)
+    for ours, theirs in zip(cache.layers, fresh.layers):
+        assert torch.allclose(ours.keys, theirs.keys, atol=1e-5)
+        assert torch.allclose(ours.values, theirs.values, atol=1e-5)

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import torch
 
-from teachspec import Engine, kv, load_pair
+from conftest import assert_draft_holds_committed_tokens
+from teachspec import Engine, load_pair
 from teachspec.request import Request
 from teachspec.sampling import SamplingParams
 from teachspec.speculative.policies import make_policy
@@ -85,11 +86,5 @@ def test_after_every_step_the_draft_models_cache_is_a_fresh_prefill_of_the_commi
             before = r.stats.rejected
             engine.step(r)
             rejections += r.stats.rejected > before
-            cache, held = r.drafter.cache, r.drafter.cached
-            assert kv.length(cache) == len(held) <= len(r.ids) - 1 and held == r.ids[:len(held)]
-            fresh = kv.new_cache(pair.draft)
-            kv.forward(pair.draft, held, fresh, 1, pair.vocab_size)
-            for ours, theirs in zip(cache.layers, fresh.layers):
-                assert torch.allclose(ours.keys, theirs.keys, atol=1e-5)
-                assert torch.allclose(ours.values, theirs.values, atol=1e-5)
+            assert_draft_holds_committed_tokens(r, pair)
     assert rejections >= 3  # the rollback after a rejection was exercised, not only after full acceptance

@@ -7,7 +7,7 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from conftest import build_model
+from conftest import assert_draft_holds_committed_tokens, build_model
 from teachspec import Engine, kv, load_pair
 from teachspec.sampling import SamplingParams, warp
 from teachspec.request import Request
@@ -149,10 +149,5 @@ def test_after_every_tree_step_the_draft_models_cache_holds_only_committed_token
     with engine.running(r):
         while not r.done:
             engine.step(r)
-            cache, held = r.drafter.cache, r.drafter.cached
-            assert kv.length(cache) == len(held) <= len(r.ids) - 1 and held == r.ids[:len(held)]
-            fresh = kv.new_cache(pair.draft)
-            kv.forward(pair.draft, held, fresh, 1, pair.vocab_size)
-            for ours, theirs in zip(cache.layers, fresh.layers):
-                assert torch.allclose(ours.keys, theirs.keys, atol=1e-5)
+            assert_draft_holds_committed_tokens(r, pair)
     assert r.stats.rejected >= 3

@@ -33,20 +33,27 @@ F64 = torch.float64
 
 # -- toy models: trigram tables that also depend on the position -------------------------------------------------
 
-def make_table(seed: int, zeros: float = 0.0, one_hot: bool = False, support: range | None = None) -> torch.Tensor:
-    """(3, V, V, V) next-token distributions indexed by (len(context) % 3, second-to-last token, last token)."""
+def make_table(seed: int, vocab: int = V, zeros: float = 0.0, one_hot: bool = False, support: range | None = None,
+               dtype: torch.dtype = F64, peak: int = 3) -> torch.Tensor:
+    """(3, vocab, vocab, vocab) next-token distributions indexed by (len(context) % 3, second-to-last token, last
+    token); float16/bfloat16 tables hold multiples of 1/64, exactly representable there."""
     g = torch.Generator().manual_seed(seed)
-    w = torch.rand(3, V, V, V, generator=g, dtype=F64) ** 3  # peaked, like a language model
+    w = torch.rand(3, vocab, vocab, vocab, generator=g, dtype=F64) ** peak  # peaked, like a language model
     if support is not None:
-        outside = torch.ones(V, dtype=torch.bool)
+        outside = torch.ones(vocab, dtype=torch.bool)
         outside[list(support)] = False
         w[..., outside] = 0.0
     if zeros:
         drop = torch.rand(w.shape, generator=g, dtype=F64) < zeros
         w[drop & (w < w.amax(-1, keepdim=True))] = 0.0  # every row keeps its largest entry
     if one_hot:
-        w = torch.nn.functional.one_hot(w.argmax(-1), V).to(F64)
-    return w / w.sum(-1, keepdim=True)
+        w = torch.nn.functional.one_hot(w.argmax(-1), vocab).to(F64)
+    w = w / w.sum(-1, keepdim=True)
+    if dtype != F64:  # multiples of 1/64 summing to exactly 1: held exactly by float16 and bfloat16 too
+        units = (w * 64).floor()
+        units.scatter_add_(-1, w.argmax(-1, keepdim=True), 64 - units.sum(-1, keepdim=True))
+        w = units / 64
+    return w.to(dtype)
 
 
 @dataclass

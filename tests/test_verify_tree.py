@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 from scipy import stats
+from test_verify_exact import make_table
 
 import teachspec
 import teachspec.speculative.tree as tree_module
@@ -43,29 +44,7 @@ F64 = torch.float64
 REJECT = 1 - 2.0**-53  # the largest float64 below 1: a child whose acceptance chance is below 1 is rejected
 
 
-# -- toy models: tables over a small vocabulary that depend on the last two tokens and the position ----------------
-
-def make_table(seed: int, vocab: int, zeros: float = 0.0, one_hot: bool = False, support: range | None = None,
-               dtype: torch.dtype = F64, peak: int = 3) -> torch.Tensor:
-    """(3, vocab, vocab, vocab) next-token distributions, as test_verify_exact's tables, for any vocabulary."""
-    g = torch.Generator().manual_seed(seed)
-    w = torch.rand(3, vocab, vocab, vocab, generator=g, dtype=F64) ** peak  # peaked, like a language model
-    if support is not None:
-        outside = torch.ones(vocab, dtype=torch.bool)
-        outside[list(support)] = False
-        w[..., outside] = 0.0
-    if zeros:
-        drop = torch.rand(w.shape, generator=g, dtype=F64) < zeros
-        w[drop & (w < w.amax(-1, keepdim=True))] = 0.0  # every row keeps its largest entry
-    if one_hot:
-        w = torch.nn.functional.one_hot(w.argmax(-1), vocab).to(F64)
-    w = w / w.sum(-1, keepdim=True)
-    if dtype != F64:  # multiples of 1/64 summing to exactly 1: held exactly by float16 and bfloat16 too
-        units = (w * 64).floor()
-        units.scatter_add_(-1, w.argmax(-1, keepdim=True), 64 - units.sum(-1, keepdim=True))
-        w = units / 64
-    return w.to(dtype)
-
+# -- toy models: make_table's tables (test_verify_exact) over a small vocabulary ----------------------------------
 
 @dataclass
 class Model:
