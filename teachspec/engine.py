@@ -43,6 +43,7 @@ from teachspec.speculative.verify import Verdict, at, verify
 from teachspec.stopping import StopRule, stop_strings
 
 DRAFTERS = ("model", "ngram", "oracle", "adversary", None)
+DYNAMIC_DEPTH = 5  # tree="dynamic": levels grown (3 nodes expanded a level, 10 guesses kept: a CPU's pass is dear)
 
 
 def top(probs: torch.Tensor, n: int) -> list[list] | None:
@@ -54,20 +55,24 @@ def top(probs: torch.Tensor, n: int) -> list[list] | None:
 
 
 def check_tree(tree, speculate) -> tuple[int, ...] | str | None:
-    """`tree=`: None (a chain), the most children a node may have at each depth, e.g. (3, 2, 2, 1), or "adaptive"
-    (the shape with the best expected tokens per second, `tree_policy.py`); the drafters that can propose several
-    branches are the draft model, the oracle and prompt lookup."""
+    """`tree=`: None (a chain), the most children a node may have at each depth, e.g. (3, 2, 2, 1), "adaptive"
+    (the shape with the best expected tokens per second, `tree_policy.py`) or "dynamic" (EAGLE-2's tree of the
+    draft's most confident paths); the drafters that can propose several branches are the draft model, the oracle
+    and prompt lookup."""
     if tree is None:
         return None
-    if tree != "adaptive" and (not isinstance(tree, (tuple, list)) or not 1 <= len(tree) <= 16
+    if tree not in ("adaptive", "dynamic") and (not isinstance(tree, (tuple, list)) or not 1 <= len(tree) <= 16
             or not all(isinstance(b, int) and not isinstance(b, bool) and 1 <= b <= 16 for b in tree)):
-        raise ValueError(f"tree must be None, 'adaptive' or a tuple of 1 to 16 branching factors, each an int in "
-                         f"[1, 16], got {tree!r}")
+        raise ValueError(f"tree must be None, 'adaptive', 'dynamic' or a tuple of 1 to 16 branching factors, each "
+                         f"an int in [1, 16], got {tree!r}")
     if speculate not in ("model", "ngram", "oracle"):
         raise ValueError(f"tree={tree!r} needs a drafter that can propose several branches: 'model' (the draft "
                          f"model's likeliest or sampled tokens), 'ngram' (several earlier matches) or 'oracle'; got "
                          f"speculate={speculate!r}")
-    return tree if tree == "adaptive" else tuple(tree)
+    if tree == "dynamic" and speculate == "ngram":
+        raise ValueError("tree='dynamic' ranks the draft model's own probabilities; prompt lookup has none: use "
+                         "speculate='model' or 'oracle' with it, or a tree shape with prompt lookup")
+    return tree if tree in ("adaptive", "dynamic") else tuple(tree)
 
 
 class Engine:
@@ -124,10 +129,16 @@ class Engine:
         (each sees only its ancestors: `kv.tree_mask`), the multi-draft rule down the tree (`verify_tree`), keep
         the accepted path and compact the target's cache to it, record."""
         policy = r.tree if isinstance(r.tree, AdaptiveTree) else None
-        shape = (policy.next_shape() if policy else r.tree)[:max(0, r.max_new_tokens - len(r.new) - 1)]
+        left = max(0, r.max_new_tokens - len(r.new) - 1)  # no deeper than the budget can use
+        shape = (DYNAMIC_DEPTH,) * min(DYNAMIC_DEPTH, left) if r.tree == "dynamic" else \
+            (policy.next_shape() if policy else r.tree)[:left]
         t0 = time.perf_counter()
-        proposal = r.drafter.propose_tree(r.ids, shape, r.params, r.generator) if shape else \
-            TreeProposal(TokenTree((-1,), (r.ids[-1],)), None, 0, time.perf_counter() - t0)
+        if not shape:
+            proposal = TreeProposal(TokenTree((-1,), (r.ids[-1],)), None, 0, time.perf_counter() - t0)
+        elif r.tree == "dynamic":
+            proposal = r.drafter.propose_dynamic(r.ids, depth=len(shape))
+        else:
+            proposal = r.drafter.propose_tree(r.ids, shape, r.params, r.generator)
         tree, n_before = proposal.tree, len(r.ids)
         if len(tree.tokens) > 1:
             self.events.emit(TreeDraft, r.id, step=r.steps, position=n_before - 1, parents=list(tree.parents),

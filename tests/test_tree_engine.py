@@ -54,7 +54,9 @@ def test_greedy_trees_are_plain_decoding_token_for_token_on_families_with_stops_
     for stops in (None, stop):
         ref = Engine(pair, cache_tokens=0).generate(TEXT + TEXT, 40, speculate=None, stop=stops)
         warm = Engine(pair)
-        for speculate, shape in itertools.product(("model", "ngram", "oracle"), ((1,), (2, 2), (3, 2, 2, 1))):
+        shapes = [*itertools.product(("model", "ngram", "oracle"), ((1,), (2, 2), (3, 2, 2, 1))),
+                  ("model", "dynamic"), ("oracle", "dynamic")]
+        for speculate, shape in shapes:
             for engine in (Engine(pair, cache_tokens=0), warm):
                 out = engine.generate(TEXT + TEXT, 40, speculate=speculate, tree=shape, stop=stops)
                 assert out.tokens == ref.tokens and out.finish_reason == ref.finish_reason, (arch, shape, stops)
@@ -98,7 +100,7 @@ def exact_law(pair, prompt: list[int], params: SamplingParams) -> dict[tuple[int
 
 
 @pytest.mark.parametrize("speculate, shape", [("ngram", (2, 2)), ("ngram", (3, 1)), ("model", (2, 2)),
-                                               ("model", (3, 1))])
+                                               ("model", (3, 1)), ("model", "dynamic")])
 def test_sampled_output_through_a_tree_is_the_targets_law(speculate, shape):
     """A prompt that repeats with several different continuations, so prompt lookup drafts real branches (the draft
     model samples its own); at temperature 1 with top-k = 4 the first two tokens' law has 16 outcomes, checked by
@@ -126,8 +128,9 @@ def test_sampled_output_through_a_tree_is_the_targets_law(speculate, shape):
 
 
 @pytest.mark.parametrize("tree, message", [
-    ((0, 2), r"tree must be None, 'adaptive' or a tuple of 1 to 16 branching factors.* got \(0, 2\)"),
-    ("wide", r"tree must be None, 'adaptive' or a tuple"),
+    ((0, 2), r"tree must be None, 'adaptive', 'dynamic' or a tuple of 1 to 16 branching factors.* got \(0, 2\)"),
+    ("wide", r"tree must be None, 'adaptive', 'dynamic' or a tuple"),
+    ("dynamic", r"tree='dynamic' ranks the draft model's own probabilities; prompt lookup has none"),
     ((2, 2), r"tree=\(2, 2\) needs a drafter that can propose several branches: .* got speculate='adversary'"),
 ])
 def test_bad_trees_are_refused_before_anything_runs(tree, message):
@@ -139,13 +142,14 @@ def test_bad_trees_are_refused_before_anything_runs(tree, message):
 
 
 @torch.inference_mode()
-def test_after_every_tree_step_the_draft_models_cache_holds_only_committed_tokens():
+@pytest.mark.parametrize("tree", [(3, 2, 2), "dynamic"])
+def test_after_every_tree_step_the_draft_models_cache_holds_only_committed_tokens(tree):
     """The draft grows the tree level by level in its own cache; after verification only the accepted path's rows
     stay, then the usual roll back: its keys and values equal a fresh prefill of what it holds."""
     pair = load_pair("tiny")
     engine = Engine(pair, cache_tokens=0)
     r = Request(engine.next_id(), pair.encode(TEXT), 40, SamplingParams(temperature=1.0), StopRule(),
-                engine.drafter("model"), make_policy(0), torch.Generator().manual_seed(0), tree=(3, 2, 2))
+                engine.drafter("model"), make_policy(0), torch.Generator().manual_seed(0), tree=tree)
     with engine.running(r):
         while not r.done:
             engine.step(r)

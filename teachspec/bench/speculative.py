@@ -202,13 +202,14 @@ def bench(pair: Pair, docs: list[list[int]], copy: list[list[int]], n: int = 96,
         docs_methods["ours tree (2, 2, 1)"] = (ours(plain_engine, "model", 0, (2, 2, 1)), "tree")
         docs_methods["ours tree (3, 2, 2, 1)"] = (ours(plain_engine, "model", 0, (3, 2, 2, 1)), "tree")
         docs_methods["ours tree adaptive"] = (ours(plain_engine, "model", 0, "adaptive"), "tree")
+        docs_methods["ours tree dynamic"] = (ours(plain_engine, "model", 0, "dynamic"), "tree")
         # what recording events costs, at a constant k: an adaptive policy's choices follow its timings, so
         # two adaptive runs differ by more than their logs
         docs_methods["ours k=2, events off"] = (ours(silent, "model", 2), 2)
         docs_methods["ours k=2, widget events"] = (ours(widgets, "model", 2), 2)
     sampled_methods = {name: m for name, m in docs_methods.items()
                        if name in ("ours plain", "transformers generate", "ours k=2", "ours adaptive",
-                                   "ours tree (2, 2, 1)", "ours tree adaptive")}
+                                   "ours tree (2, 2, 1)", "ours tree adaptive", "ours tree dynamic")}
     copy_methods = {"ours plain": (ours_plain, 0), "transformers generate": (hf(False), 0),
                     "ours prompt lookup k=8": (ours(plain_engine, "ngram", 8), 8),
                     "ours prompt lookup adaptive": (ours(plain_engine, "ngram", "adaptive"), "adaptive"),

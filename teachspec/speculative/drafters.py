@@ -139,15 +139,54 @@ class ModelDrafter:
                 logits = kv.forward_tree(self.model, ids, tuple(parents), tuple(tokens), self.cache, self.vocab_size,
                                          nodes=range(level[0], level[-1] + 1))
                 passes += 1
-        self._fed, self._tokens = level[0], tokens  # nodes 1 .. _fed - 1 are in the cache, after the committed ones
+        self._rows = {i: i for i in range(1, level[0])}  # node -> its row after the committed ones, if it was fed
+        self._tokens = tokens
         q = None if params.greedy else torch.stack([qs.get(i, torch.zeros_like(qs[0])) for i in range(len(tokens))])
         return TreeProposal(TokenTree(tuple(parents), tuple(tokens)), q, passes, time.perf_counter() - t0)
 
+    def propose_dynamic(self, ids: list[int], depth: int, width: int = 3, nodes: int = 10) -> TreeProposal:
+        """EAGLE-2's dynamic tree: `depth` levels, each expanding the `width` nodes with the highest path confidence
+        (the product of the draft's probabilities along the path) into their `width` likeliest children, one draft
+        pass a level; then only the `nodes` most confident guesses are kept (a child is never more confident than
+        its parent, so every kept node's ancestors are kept). The children are chosen, not sampled: certain
+        guesses (q = None), for which the rule is exact at any temperature."""
+        t0 = time.perf_counter()
+        feed = self._sync(ids)
+        logits = kv.forward(self.model, feed, self.cache, 1, self.vocab_size)  # (1, V)
+        self.cached += feed
+        # the nodes fed so far, numbered in the order fed (so node i's keys sit at row i after the committed ones);
+        # the other candidates stay leaves and are numbered after them, at the end
+        parents, tokens, score, frontier, leaves, passes = [-1], [ids[-1]], [0.0], [0], [], 1
+        for d in range(depth):
+            grown = [(score[node] + lq, node, x) for node, row in zip(frontier, logits.log_softmax(-1))
+                     for lq, x in zip(*(t.tolist() for t in row.topk(width)))]
+            grown.sort(reverse=True)
+            expand, leaves = grown[:width], leaves + grown[width:]
+            if d + 1 == depth:
+                leaves += expand
+                break
+            start = len(tokens)
+            for s, node, x in expand:
+                parents.append(node), tokens.append(x), score.append(s)
+            frontier = list(range(start, len(tokens)))
+            logits = kv.forward_tree(self.model, ids, tuple(parents), tuple(tokens), self.cache, self.vocab_size,
+                                     nodes=range(start, len(tokens)))
+            passes += 1
+        fed = len(tokens)
+        for s, node, x in leaves:
+            parents.append(node), tokens.append(x), score.append(s)
+        keep = [0] + sorted(sorted(range(1, len(tokens)), key=score.__getitem__, reverse=True)[:nodes])
+        new = {old: i for i, old in enumerate(keep)}
+        self._rows = {new[old]: old for old in keep[1:] if old < fed}
+        self._tokens = [tokens[old] for old in keep]
+        tree = TokenTree(tuple(-1 if old == 0 else new[parents[old]] for old in keep), tuple(self._tokens))
+        return TreeProposal(tree, None, passes, time.perf_counter() - t0)
+
     def keep_path(self, n_before: int, path: list[int]) -> None:
-        """After a tree step: keep the committed tokens' rows and the accepted nodes' the draft has fed (node i at
-        row n_before - 1 + i); every other branch's keys and values leave the cache."""
-        fed = [i for i in path if i < self._fed]
-        kv.keep(self.cache, list(range(n_before)) + [n_before - 1 + i for i in fed])
+        """After a tree step: keep the committed tokens' rows and those of the accepted nodes the draft has fed;
+        every other branch's keys and values leave the cache."""
+        fed = [i for i in path if i in self._rows]
+        kv.keep(self.cache, list(range(n_before)) + [n_before - 1 + self._rows[i] for i in fed])
         self.cached = self.cached[:n_before] + [self._tokens[i] for i in fed]
 
 
