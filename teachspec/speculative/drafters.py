@@ -166,15 +166,17 @@ class ModelDrafter:
                 leaves += expand
                 break
             start = len(tokens)
-            for s, node, x in expand:
-                parents.append(node), tokens.append(x), score.append(s)
+            parents += [node for _, node, _ in expand]
+            tokens += [x for _, _, x in expand]
+            score += [s for s, _, _ in expand]
             frontier = list(range(start, len(tokens)))
             logits = kv.forward_tree(self.model, ids, tuple(parents), tuple(tokens), self.cache, self.vocab_size,
                                      nodes=range(start, len(tokens)))
             passes += 1
         fed = len(tokens)
-        for s, node, x in leaves:
-            parents.append(node), tokens.append(x), score.append(s)
+        parents += [node for _, node, _ in leaves]
+        tokens += [x for _, _, x in leaves]
+        score += [s for s, _, _ in leaves]
         keep = [0] + sorted(sorted(range(1, len(tokens)), key=score.__getitem__, reverse=True)[:nodes])
         new = {old: i for i, old in enumerate(keep)}
         self._rows = {new[old]: old for old in keep[1:] if old < fed}
