@@ -16,12 +16,14 @@ from transformers import AutoTokenizer
 from conftest import TOKENIZER_DIR, build_model
 from teachspec.bench.widgets import live_overhead
 from teachspec.engine import Engine
-from teachspec.events import Accept, Draft, EventLog, Evict, Insert, Lock, Match, RequestStart
+from teachspec.events import Accept, Draft, EventLog, Evict, Finish, Insert, Lock, Match, Reject, RequestStart, \
+    Resample, TreeDraft, Verify
 from teachspec.models.pair import Pair
 from teachspec.radix import RadixCache
 from teachspec.widgets import RadixTreeView, SpeculationView, export_html
 from teachspec.widgets.frames import replay
 from teachspec.widgets.live import Throttle
+from teachspec.widgets.measure import Running, steps
 
 PROMPTS = ["def main():\n    return", "def main():\n    print", "class Node:", "def main():\n    return x"]
 
@@ -131,6 +133,103 @@ def test_plain_decoding_shows_plain_tokens(pair):
     assert [item["kind"] for item in tokens(items)] == ["prompt"] + ["plain"] * len(out.tokens)
     steps = [item for item in items.values() if item["kind"] == "step"]
     assert len(steps) == len(out.tokens) and all(s["drafted"] == 0 and s["emitted"] == 1 for s in steps)
+
+
+# -- a tree of guesses in the text -----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tree_run(pair):
+    """(engine, generation) of a sampled tree=(2, 2) run: accepted paths, refused siblings, resamples, bonuses."""
+    engine = Engine(pair, cache_tokens=0)
+    return engine, engine.generate(PROMPTS[0], 20, tree=(2, 2), temperature=1.0, seed=0)
+
+
+def test_a_tree_step_brings_only_the_tokens_it_emitted_into_the_text(tree_run, pair):
+    engine, out = tree_run
+    log = engine.events
+    refused: dict[tuple[int, int], list[tuple[int, int]]] = {}  # (step, position) -> (node, token) refused there
+    for e in log.of(Reject):
+        refused.setdefault((e.step, e.position), []).append((e.i, e.token))
+    assert log.of(Resample) and any(len(nodes) > 1 for nodes in refused.values()), "a seed that refuses siblings"
+    view = SpeculationView(log, decode=pair)
+    items = sorted(tokens(view.snapshot().items), key=lambda item: item["order"])
+    kept = [item for item in items if item["kind"] in ("accepted", "resampled", "bonus", "plain")]
+    assert [item["token"] for item in kept] == out.tokens  # the text is the generation, and nothing else
+    trees = {e.step for e in log.of(TreeDraft)}
+    assert all(item["kind"] != "plain" for item in kept if item["step"] in trees)  # a tree step is no plain step
+    assert [item["node"] for item in kept if item["kind"] == "accepted"] == [e.i for e in log.of(Accept)]
+    # one rejected mark per position where siblings were refused, each sibling in it once, in the order tried
+    marks = [item for item in items if item["kind"] == "rejected"]
+    assert {(m["step"], m["position"]): [(s["node"], s["token"]) for s in m["siblings"]] for m in marks} == refused
+    assert len(marks) == len(refused) and len(items) == 1 + len(out.tokens) + len(marks)  # untried: not shown
+    for m in marks:  # before the token the step emitted at its position, and in no way a token of the text
+        after = next(item for item in kept if item["order"] > m["order"])
+        assert (after["step"], after["position"]) == (m["step"], m["position"]) and "token" not in m
+        assert all(s["u"] >= min(1, s["p"] / s["q"]) for s in m["siblings"])
+    units = {item["step"]: item for item in view.snapshot().items.values() if item["kind"] == "step"}
+    for draft in log.of(TreeDraft):
+        unit = units[draft.step]
+        assert unit["tree"] and unit["drafted"] == len(draft.parents) - 1 and unit["draft_ms"] > 0
+    assert sum(unit["emitted"] for unit in units.values()) == len(out.tokens)
+
+
+def test_a_tree_run_counts_one_target_pass_per_tree_step_as_stats_does(tree_run, pair):
+    engine, out = tree_run
+    meta = SpeculationView(engine.events, decode=pair).snapshot().meta
+    stats = out.stats
+    assert (meta["emitted"], meta["passes"]) == (len(out.tokens), stats.target_passes)
+    assert meta["tokens_per_pass"] == round(len(out.tokens) / stats.target_passes, 4)  # emitted per Verify
+    # a position is judged once however many siblings were refused there: alpha is the chance to go one level down
+    assert (meta["accepted"], meta["drafted"], meta["drafts"]) == (stats.accepted, stats.drafted, stats.drafts)
+    assert meta["judged"] == stats.accepted + stats.rejected < stats.accepted + len(engine.events.of(Reject))
+    assert meta["alpha"] == round(stats.alpha, 4) and meta["predicted"] > 0
+    for s in steps(engine.events):
+        draft = next((e for e in engine.events.of(TreeDraft) if e.step == s.step), None)
+        if draft is None:  # the last token alone: a plain step
+            assert s.drafted == 0 and s.emitted == 1
+            continue
+        judged = [e for e in engine.events if isinstance(e, (Accept, Reject)) and e.step == s.step]
+        accepted = [e for e in judged if isinstance(e, Accept)]
+        assert s.nodes == len(draft.parents) - 1 and s.judged == len({e.position for e in judged})
+        assert s.accepted_at == [d < len(accepted) for d in range(s.drafted)]  # the path's levels, from the top
+        assert s.emitted == len(accepted) + 1
+
+
+def test_a_live_view_of_a_tree_run_holds_the_state_a_replay_has(tree_run, pair):
+    events = tree_run[0].events.events
+    live_log = EventLog()
+    view = SpeculationView.live(live_log, decode=pair, interval=3600)  # flushed by hand
+    for n, event in enumerate(events, start=1):
+        re_emit(live_log, event)
+        view.flush()
+        assert view.snapshot() == SpeculationView(EventLog(events[:n]), decode=pair).snapshot(), f"after {n} events"
+    view.detach()
+    frames = view.frames
+    for n in range(1, len(frames) + 1):  # and the frames alone, applied in order, give every state along the way
+        assert replay(frames, n) == SpeculationView(EventLog(events[:frames[n - 1]["event"] + 1]),
+                                                    decode=pair).snapshot()
+
+
+def test_refused_siblings_share_one_mark_and_each_token_shows_once():
+    log = EventLog()  # independent draws: nodes 1 and 2 both hold token 7, and both are refused
+    log.emit(RequestStart, 0, prompt_tokens=2, prompt=[5, 6])
+    log.emit(TreeDraft, 0, step=0, position=1, parents=[-1, 0, 0, 1], tokens=[6, 7, 7, 8], drafter="model", ms=1.0)
+    log.emit(Verify, 0, step=0, position=2, n=4, ms=2.0)
+    log.emit(Reject, 0, step=0, position=2, i=1, token=7, p=0.1, q=0.5, u=0.9)
+    log.emit(Reject, 0, step=0, position=2, i=2, token=7, p=0.0, q=0.5, u=0.2)
+    log.emit(Resample, 0, step=0, position=2, i=0, token=9, p=0.4, q=0.0)
+    log.emit(Finish, 0, new_tokens=1, reason="length", ms=3.0)  # the strip counts a step once it is complete
+    view = SpeculationView(log, decode=lambda ids: "".join(chr(ord("a") + i) for i in ids))
+    items = sorted(tokens(view.snapshot().items), key=lambda item: item["order"])
+    assert [item["kind"] for item in items] == ["prompt", "rejected", "resampled"]
+    assert [s["node"] for s in items[1]["siblings"]] == [1, 2] and items[2]["node"] == 0
+    captions = [f["caption"] for f in view.frames]
+    assert "node 2, its next sibling, is judged against the residual" in captions[3]
+    assert "no sibling is left" in captions[4] and "every child of node 0 was refused" in captions[5]
+    import xml.etree.ElementTree as ET
+    labels = [t.text for t in ET.fromstring(view.to_svg()).iter("{http://www.w3.org/2000/svg}text")]
+    assert "h" in labels and "h | h" not in labels  # the refused token once, in one struck-through chip
+    assert view.snapshot().meta["judged"] == 1 and view.snapshot().meta["alpha"] == 0  # one position, refused
 
 
 def test_the_tree_view_rebuilds_the_engines_radix_tree(engine, pair):

@@ -6,6 +6,11 @@
 // The text box scrolls so the token being decided stays in view. DOM hooks for tests and for linked views: each
 // chip has data-token-index (its place in the text) and data-key, the focused one data-focus, one held by a
 // hovered tree node data-highlight; each step bracket data-step; each legend entry data-legend.
+//
+// A tree step (`tree=`) brings only what it emitted into the text: its accepted path and its resampled or bonus
+// token, each carrying the `node` of the tree it came from. Where the rule refused children, one rejected mark
+// stands at that position (an item with `siblings`): each refused token once, struck through, never a line break;
+// its detail lists every sibling tried there with p', q' and u.
 import {
   LEGEND, Timeline, alternatives, barScale, chipParts, decision, decodeFrames, fmt, focusAt, holds, laneRows,
   promptSummary, sig, statsStrip, stepKey, tokenClass, tokenLabel,
@@ -18,6 +23,63 @@ function div(cls, parent) {
   parent.append(d);
   return d;
 }
+
+// ---- a tree step's tokens: pure, for `node --test` (tests/js/speculation.test.mjs) -----------------------------
+
+// The tokens of a rejected mark, each once, in the order tried: siblings drawn independently may hold the same one.
+export function refusedTokens(item) {
+  const seen = new Map();
+  for (const s of item.siblings ?? []) if (!seen.has(s.token)) seen.set(s.token, { token: s.token, text: s.text });
+  return [...seen.values()];
+}
+
+function rule(item) {
+  const ratio = item.q > 0 ? item.p / item.q : Infinity;
+  return `min(1, p/q) = min(1, ${sig(item.p)}/${sig(item.q)}) = ${sig(Math.min(1, ratio))}`;
+}
+
+const said = (s) => `node ${s.node} ${JSON.stringify(s.text ?? `#${s.token}`)}`;
+
+// Why a token is there: the tree's own words for a tree step's tokens (they carry `node` or `siblings`), helpers.js
+// `decision` for every other.
+export function explain(item) {
+  if (item.siblings) {
+    const each = item.siblings.map((s) => `${said(s)} (u = ${sig(s.u)} ≥ ${rule(s)})`).join("; ");
+    return `refused here: ${each}. Each sibling after the first is judged against the residual the ones before ` +
+      "it left";
+  }
+  if (item.node === undefined) return decision(item);
+  switch (item.kind) {
+    case "accepted": return `node ${item.node} of the tree: u = ${sig(item.u)} < ${rule(item)}: accepted, and ` +
+      "the rule moves down to it";
+    case "resampled": return `every child of node ${item.node} was refused: drawn from the last residual ` +
+      "norm(max(0, p − q))";
+    case "bonus": return `the accepted path ended at node ${item.node}, a leaf of the tree: p after it came free, ` +
+      `and this token was drawn from it (p = ${sig(item.p)})`;
+    default: return decision(item);
+  }
+}
+
+// Where the token sits, for the detail's head: its position, and its guess in a chain or its node in a tree.
+export function place(item) {
+  const from = item.siblings ? `, ${item.siblings.length} sibling${item.siblings.length === 1 ? "" : "s"} refused`
+    : item.node !== undefined ? `, node ${item.node} of the tree` : item.i !== undefined ? `, guess ${item.i}` : "";
+  return `${item.kind}, position ${item.position}${from}`;
+}
+
+// The rows of the bars under a selected token: each refused sibling with its own p and q for a rejected mark,
+// helpers.js `alternatives` for every other token.
+export function detailRows(item) {
+  if (!item.siblings) return alternatives(item);
+  return item.siblings.map((s) => ({ token: s.token, text: s.text, p: s.p, q: s.q, chosen: false }));
+}
+
+// A step's words: "6 guesses" for a chain, "a tree of 6 guesses" for a tree.
+export function guesses(step) {
+  return `${step.tree ? "a tree of " : ""}${step.drafted} guess${step.drafted === 1 ? "" : "es"}`;
+}
+
+// ---- drawing ---------------------------------------------------------------------------------------------------
 
 function legend(parent) {
   const box = div("ts-legend", parent);
@@ -71,12 +133,13 @@ function drawDetail(box, item) {
   head.className = "ts-detail-head";
   const chip = document.createElement("span");
   chip.className = tokenClass(item.kind);
-  chip.textContent = tokenLabel(item.text, item.token);
-  head.append(chip, ` ${item.kind}, position ${item.position}${item.i !== undefined ? `, guess ${item.i}` : ""}`);
+  chip.textContent = item.siblings ? refusedTokens(item).map((t) => tokenLabel(t.text, t.token)).join(" | ")
+    : tokenLabel(item.text, item.token);
+  head.append(chip, ` ${place(item)}`);
   const why = document.createElement("div");
   why.className = "ts-decision";
-  why.textContent = decision(item);
-  const rows = alternatives(item);
+  why.textContent = explain(item);
+  const rows = detailRows(item);
   const scale = barScale(rows);
   const table = document.createElement("table");
   table.className = "ts-alternatives";
@@ -95,21 +158,25 @@ function drawDetail(box, item) {
   }
   const note = document.createElement("div");
   note.className = "ts-note";
-  note.textContent = rows.length > 1 ? ""
-    : "The engine recorded no alternatives: run it with record_top=5 to see them.";
+  note.textContent = item.siblings || item.node !== undefined
+    ? "A tree step records no alternatives; TokenTreeView shows the whole tree of guesses."
+    : rows.length > 1 ? "" : "The engine recorded no alternatives: run it with record_top=5 to see them.";
   box.replaceChildren(head, why, table, note);
 }
 
-// The chip's content: characters as they are, whitespace as faint glyphs (helpers.js chipParts).
-function fillChip(chip, text, id) {
-  const { parts } = chipParts(text, id);
-  chip.replaceChildren(...parts.map((part) => {
-    if (!part.ws) return document.createTextNode(part.text);
-    const ws = document.createElement("span");
-    ws.className = "ws";
-    ws.textContent = part.text;
-    return ws;
-  }));
+// The chip's content: characters as they are, whitespace as faint glyphs (helpers.js chipParts); a rejected mark's
+// tokens one after another, split by a faint bar.
+function fillChip(chip, item) {
+  const tokens = item.siblings ? refusedTokens(item) : [item];
+  const nodes = [];
+  tokens.forEach(({ text, token }, n) => {
+    if (n) nodes.push(Object.assign(document.createElement("span"), { className: "ws", textContent: " | " }));
+    for (const part of chipParts(text, token).parts) {
+      if (!part.ws) nodes.push(document.createTextNode(part.text));
+      else nodes.push(Object.assign(document.createElement("span"), { className: "ws", textContent: part.text }));
+    }
+  });
+  chip.replaceChildren(...nodes);
 }
 
 // The lane: the steps of the focused token's request, each draft and target pass to scale, over what plain
@@ -120,6 +187,7 @@ function drawLane(box, steps, current) {
     return;
   }
   const rows = laneRows(steps);
+  const byKey = new Map(steps.map((s) => [stepKey(s), s]));
   const row = (name, segments, ms, meaning) => {
     const line = document.createElement("div");
     line.className = "ts-lane-row";
@@ -135,7 +203,7 @@ function drawLane(box, steps, current) {
       bar.dataset.laneStep = seg.key;
       bar.style.left = `${(100 * seg.start).toFixed(3)}%`;
       bar.style.width = `${(100 * seg.width).toFixed(3)}%`;
-      bar.title = seg.kind === "draft" ? `draft: ${seg.k} guesses, ${fmt(seg.ms)} ms`
+      bar.title = seg.kind === "draft" ? `draft: ${guesses(byKey.get(seg.key))}, ${fmt(seg.ms)} ms`
         : seg.kind === "target" ? `one target pass: ${seg.n} token${seg.n === 1 ? "" : "s"}, ${fmt(seg.ms)} ms`
           : `plain decoding: one target pass per token, ${fmt(seg.ms)} ms`;
       track.append(bar);
@@ -150,8 +218,8 @@ function drawLane(box, steps, current) {
   const words = document.createElement("div");
   words.className = "ts-lane-words";
   words.textContent = !step ? ""
-    : !step.verify_ms ? `this step: ${step.drafted} guesses (${fmt(step.draft_ms)} ms), waiting for the target pass`
-    : step.drafted ? `this step: ${step.drafted} guesses (${fmt(step.draft_ms)} ms), one target pass ` +
+    : !step.verify_ms ? `this step: ${guesses(step)} (${fmt(step.draft_ms)} ms), waiting for the target pass`
+    : step.drafted ? `this step: ${guesses(step)} (${fmt(step.draft_ms)} ms), one target pass ` +
       `(${fmt(step.verify_ms)} ms) → ${step.emitted} token${step.emitted === 1 ? "" : "s"}; plain decoding: ` +
       `${step.emitted} target pass${step.emitted === 1 ? "" : "es"}`
       : `this step: plain decoding, one target pass (${fmt(step.verify_ms)} ms) → one token`;
@@ -196,11 +264,11 @@ function render({ model, el }) {
       chips.set(item.key, chip);
     }
     const label = item.kind === "prompt" ? `${promptSummary(item)}${opened.has(item.key) ? " ▾" : " ▸"}`
-      : `${item.text ?? ""}\u0000${item.token}`;
+      : (item.siblings ? refusedTokens(item) : [item]).map((t) => `${t.text ?? ""}\u0000${t.token}`).join("\u0000");
     if (chip.dataset.label !== label) {
       chip.dataset.label = label;
       if (item.kind === "prompt") chip.textContent = label;
-      else fillChip(chip, item.text, item.token);
+      else fillChip(chip, item);
     }
     return chip;
   }
@@ -229,7 +297,7 @@ function render({ model, el }) {
         }
         continue;
       }
-      chip.title = decision(item);
+      chip.title = explain(item);
       const key = stepKey(item);
       if (!members.has(key)) {
         let unit = units.get(key);
@@ -242,7 +310,7 @@ function render({ model, el }) {
         out.push(unit);
       }
       members.get(key).push(chip);
-      const { breaks } = chipParts(item.text, item.token);
+      const { breaks } = item.siblings ? { breaks: 0 } : chipParts(item.text, item.token); // a mark breaks no line
       for (let b = 0; b < breaks; b++) members.get(key).push(document.createElement("br"));
     }
     const steps = new Map([...state.items.values()].filter((i) => i.kind === "step").map((s) => [stepKey(s), s]));
@@ -253,7 +321,7 @@ function render({ model, el }) {
       }
       const step = steps.get(key);
       unit.className = `ts-unit${step?.drafted ? " spec" : " plain"}`;
-      unit.title = step?.drafted ? `step ${step.step}: ${step.drafted} guesses, one target pass, ${step.emitted} ` +
+      unit.title = step?.drafted ? `step ${step.step}: ${guesses(step)}, one target pass, ${step.emitted} ` +
         `tokens kept` : "plain decoding: one target pass, one token";
       unit.replaceChildren(...members.get(key));
     }

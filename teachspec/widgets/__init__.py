@@ -1,9 +1,11 @@
 """Notebook views of the event log: watch speculative decoding and the radix cache, live or from a saved trace.
 
-    from teachspec.widgets import SpeculationView, RadixTreeView, charts
+    from teachspec.widgets import SpeculationView, RadixTreeView, TokenTreeView, charts
 
     SpeculationView(engine.events, decode=pair)        the text growing step by step, with every verdict
     RadixTreeView(log, decode=pair, budget=4096)       the cache tree changing, with a memory bar
+    TokenTreeView(log, decode=pair)                    each tree of guesses (tree=...): its verdicts, its accepted
+                                                       path and the tree attention mask of its one target pass
     SpeculationView.live(engine.events, decode=pair)   the same, following a generation while it runs
     charts.acceptance_by_position(log)                 plotly figures of a whole run (see charts.py)
     view.to_svg(), chart.to_svg()                      still pictures, for pages that run no widget or plotly.js
@@ -12,7 +14,7 @@ A view reads nothing but events, so any trace saved with `EventLog.save` replays
 once in Python and stepped through in the browser (play, pause, step, slider, speed), kernel or not:
 
     view.to_html("replay.html")                        ONE self-contained page that plays from file://, offline
-    export_html("trace.jsonl", "replay.html")          both views of a saved trace, the same way
+    export_html("trace.jsonl", "replay.html")          the views of a saved trace, the same way
     voila lecture.ipynb                                the views as a web page, served from this machine
     jupyter nbconvert --to html lecture.ipynb          each view's text/html: the same player as to_html, shown
                                                        when the notebook holds no widget state (nbconvert's
@@ -26,7 +28,7 @@ Where things live, each module importing only those above it in this list:
     frames.py   the frame state machine (Recorder) and replaying frames     text.py    token text, decoders
     live.py     following a running log without slowing it                  page.py    a view as HTML
     base.py     ReplayView: a view's frames sent to the browser             layout.py  the tree's layout
-    speculation.py, radix.py   the two views                                svg.py     tree and text as pictures
+    speculation.py, radix.py, token_tree.py   the views                     svg.py     tree and text as pictures
     export.py   the views of a trace, and export_html                       measure.py, charts.py   numbers
                                                                             chartsvg.py  a chart as a picture
 """
@@ -35,5 +37,6 @@ from teachspec.widgets import charts
 from teachspec.widgets.export import export_html
 from teachspec.widgets.radix import RadixTreeView
 from teachspec.widgets.speculation import SpeculationView
+from teachspec.widgets.token_tree import TokenTreeView
 
-__all__ = ["RadixTreeView", "SpeculationView", "charts", "export_html"]
+__all__ = ["RadixTreeView", "SpeculationView", "TokenTreeView", "charts", "export_html"]

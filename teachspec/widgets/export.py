@@ -1,12 +1,13 @@
 """Views of a trace, and `export_html`: one page holding several views, for a room with no kernel.
 
-A saved trace (or an EventLog) becomes the two views that read it, a SpeculationView over a RadixTreeView; both
-are built from the same log, so they are linked and one timeline drives both (base.py). Then page.py writes them
-as one self-contained HTML file:
+A saved trace (or an EventLog) becomes the views that read it: a SpeculationView over a RadixTreeView, and a
+TokenTreeView under them when the trace drafted trees of guesses (it holds TreeDraft events). All are built from
+the same log, so they are linked and one timeline drives them (base.py). Then page.py writes them as one
+self-contained HTML file:
 
-    export_html("trace.jsonl", "replay.html", pair="tiny")         both views of a saved trace
+    export_html("trace.jsonl", "replay.html", pair="tiny")         the views of a saved trace
     export_html([spec_view, tree_view], "replay.html")             views built already
-    views_of("trace.jsonl", pair="tiny")                           the two views, for a notebook cell
+    views_of("trace.jsonl", pair="tiny")                           the views, for a notebook cell
 """
 
 from __future__ import annotations
@@ -14,28 +15,33 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from teachspec.events import EventLog
+from teachspec.events import EventLog, TreeDraft
 from teachspec.widgets import page
 from teachspec.widgets.base import ReplayView
 from teachspec.widgets.radix import RadixTreeView
 from teachspec.widgets.speculation import SpeculationView
+from teachspec.widgets.token_tree import TokenTreeView
 
 
 def views_of(trace: EventLog | str | Path, decode: Any = None, pair: Any = None,
              budget: int | None = None) -> list[ReplayView]:
-    """A SpeculationView and a RadixTreeView of `trace` (an EventLog or a trace file), linked."""
+    """A SpeculationView and a RadixTreeView of `trace` (an EventLog or a trace file), linked; then a
+    TokenTreeView if the trace drafted trees."""
     log = EventLog.load(trace) if isinstance(trace, (str, Path)) else trace
     if not isinstance(log, EventLog):
         raise TypeError(f"trace must be an EventLog or the path of a saved trace, got {type(trace).__name__}")
-    return [SpeculationView(log, decode=decode, pair=pair), RadixTreeView(log, decode=decode, pair=pair,
-                                                                           budget=budget)]
+    views = [SpeculationView(log, decode=decode, pair=pair), RadixTreeView(log, decode=decode, pair=pair,
+                                                                            budget=budget)]
+    if any(isinstance(e, TreeDraft) for e in log):
+        views.append(TokenTreeView(log, decode=decode, pair=pair))
+    return views
 
 
 def export_html(views: Any, path: str | Path, title: str = "teachspec replay", decode: Any = None,
                 pair: Any = None) -> Path:
     """Write `views` (a view, a list of views, an EventLog or a trace file) as one HTML page; return its path.
 
-    An EventLog or a trace path becomes its two linked views (`views_of`), decoded with `decode` or `pair`.
+    An EventLog or a trace path becomes its linked views (`views_of`), decoded with `decode` or `pair`.
     """
     if isinstance(views, (str, Path, EventLog)):
         views = views_of(views, decode=decode, pair=pair)
