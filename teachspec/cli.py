@@ -24,7 +24,7 @@ import re
 import sys
 from pathlib import Path
 
-SPECULATE = ("model", "ngram", "oracle", "adversary", "none")  # the engine's drafters; none: plain decoding
+SPECULATE = ("model", "eagle", "ngram", "oracle", "adversary", "none")  # the engine's drafters; none: plain decoding
 K_POLICIES = ("adaptive", "heuristic", "confidence")
 DEVICE = re.compile(r"cpu|cuda(:\d+)?|mps")
 
@@ -328,7 +328,8 @@ def parser() -> Parser:
     add_model_args(d)
     add_sampling_args(d)
     d.add_argument("--speculate", type=speculation(*SPECULATE), default="model",
-                   help="who guesses: model (default), ngram, oracle, adversary, or none for plain decoding")
+                   help="who guesses: model (default), eagle (the feature-level head), ngram, oracle, adversary, "
+                        "or none for plain decoding")
     d.add_argument("--k", type=draft_length, default=2,
                    help="draft length (default 2), or adaptive, heuristic or confidence")
     d.add_argument("--colour", choices=["auto", "always", "never"], default="auto",

@@ -34,6 +34,7 @@ from teachspec.models.pair import Pair, load_pair
 from teachspec.radix.prefix import PrefixCache
 from teachspec.request import Request
 from teachspec.sampling import SamplingParams, warp
+from teachspec.speculative.eagle import EagleDrafter
 from teachspec.speculative.drafters import AdversarialDrafter, Drafter, ModelDrafter, NgramDrafter, OracleDrafter, \
     Proposal, TreeProposal
 from teachspec.speculative.policies import Adaptive, make_policy
@@ -42,7 +43,7 @@ from teachspec.speculative.tree_policy import AdaptiveTree
 from teachspec.speculative.verify import Verdict, at, verify
 from teachspec.stopping import StopRule, stop_strings
 
-DRAFTERS = ("model", "ngram", "oracle", "adversary", None)
+DRAFTERS = ("model", "eagle", "ngram", "oracle", "adversary", None)
 DYNAMIC_DEPTH = 5  # tree="dynamic": levels grown (3 nodes expanded a level, 10 guesses kept: a CPU's pass is dear)
 
 
@@ -57,18 +58,18 @@ def top(probs: torch.Tensor, n: int) -> list[list] | None:
 def check_tree(tree, speculate) -> tuple[int, ...] | str | None:
     """`tree=`: None (a chain), the most children a node may have at each depth, e.g. (3, 2, 2, 1), "adaptive"
     (the shape with the best expected tokens per second, `tree_policy.py`) or "dynamic" (EAGLE-2's tree of the
-    draft's most confident paths); the drafters that can propose several branches are the draft model, the oracle
-    and prompt lookup."""
+    draft's most confident paths); the drafters that can propose several branches are the draft model, the EAGLE
+    head, the oracle and prompt lookup."""
     if tree is None:
         return None
     if tree not in ("adaptive", "dynamic") and (not isinstance(tree, (tuple, list)) or not 1 <= len(tree) <= 16
             or not all(isinstance(b, int) and not isinstance(b, bool) and 1 <= b <= 16 for b in tree)):
         raise ValueError(f"tree must be None, 'adaptive', 'dynamic' or a tuple of 1 to 16 branching factors, each "
                          f"an int in [1, 16], got {tree!r}")
-    if speculate not in ("model", "ngram", "oracle"):
+    if speculate not in ("model", "eagle", "ngram", "oracle"):
         raise ValueError(f"tree={tree!r} needs a drafter that can propose several branches: 'model' (the draft "
-                         f"model's likeliest or sampled tokens), 'ngram' (several earlier matches) or 'oracle'; got "
-                         f"speculate={speculate!r}")
+                         f"model's likeliest or sampled tokens), 'eagle' (the EAGLE head's), 'ngram' (several earlier "
+                         f"matches) or 'oracle'; got speculate={speculate!r}")
     if tree == "dynamic" and speculate == "ngram":
         raise ValueError("tree='dynamic' ranks the draft model's own probabilities; prompt lookup has none: use "
                          "speculate='model' or 'oracle' with it, or a tree shape with prompt lookup")
@@ -128,6 +129,7 @@ class Engine:
         """One step with a tree of guesses (SpecInfer; Medusa): propose a tree, ONE target pass over every node
         (each sees only its ancestors: `kv.tree_mask`), the multi-draft rule down the tree (`verify_tree`), keep
         the accepted path and compact the target's cache to it, record."""
+        begun = time.perf_counter()
         policy = r.tree if isinstance(r.tree, AdaptiveTree) else None
         left = max(0, r.max_new_tokens - len(r.new) - 1)  # no deeper than the budget can use
         shape = (DYNAMIC_DEPTH,) * min(DYNAMIC_DEPTH, left) if r.tree == "dynamic" else \
@@ -136,22 +138,28 @@ class Engine:
         if not shape:
             proposal = TreeProposal(TokenTree((-1,), (r.ids[-1],)), None, 0, time.perf_counter() - t0)
         elif r.tree == "dynamic":
-            proposal = r.drafter.propose_dynamic(r.ids, depth=len(shape))
+            proposal = r.drafter.propose_dynamic(r.ids, depth=len(shape), params=r.params, generator=r.generator)
         else:
             proposal = r.drafter.propose_tree(r.ids, shape, r.params, r.generator)
         tree, n_before = proposal.tree, len(r.ids)
         if len(tree.tokens) > 1:
             self.events.emit(TreeDraft, r.id, step=r.steps, position=n_before - 1, parents=list(tree.parents),
                              tokens=list(tree.tokens), drafter=r.drafter.name, ms=1e3 * proposal.seconds)
-        p, target_s, uncached = self._tree_pass(r, tree)  # (nodes, V)
-        verdict = verify_tree(p, proposal.q, tree, r.generator, check=False)  # warp made p one-hot when greedy
+        p, target_s, uncached, features = self._tree_pass(r, tree)  # (nodes, V)
+        # judged as the children were drawn (`proposal.kind`); warp made p one-hot when greedy
+        verdict = verify_tree(p, proposal.q, tree, r.generator, kind=proposal.kind, check=False)
         emitted = r.commit(verdict.tokens)
-        self._keep_path(r, n_before, verdict.path[:len(emitted)], bool(shape))
+        path = verdict.path[:len(emitted)]
+        if features is not None:  # the committed tokens' features: the context's, then the accepted nodes'
+            m = len(features) - (len(tree.tokens) - 1)
+            r.drafter.observe(n_before - m, torch.cat([features[:m], features[[m - 1 + i for i in path]]]))
+        self._keep_path(r, n_before, path, bool(shape))
         self._record_tree(r, verdict, emitted, p, n_before - 1)
         r.stats.add_step(max(tree.depth), verdict.accepted, len(emitted), target_s, proposal.passes,
                          proposal.seconds)
-        if policy:
-            policy.update(tree, verdict, len(shape), proposal.seconds, target_s if uncached == 1 else None)
+        if policy:  # the whole step's seconds too: what the policy's choice costs besides drafting and the pass
+            policy.update(tree, verdict, proposal.passes, proposal.seconds, target_s if uncached == 1 else None,
+                          time.perf_counter() - begun)
         if r.steps == 0:
             r.stats.mark_first_step(len(r.new), time.perf_counter() - r.started)
         r.steps += 1
@@ -165,9 +173,14 @@ class Engine:
             r.drafter.keep_path(n_before, path)
         self._roll_back(r)
 
-    def _tree_pass(self, r: Request, tree: TokenTree) -> tuple[torch.Tensor, float, int]:
+    def _tree_pass(self, r: Request, tree: TokenTree) -> tuple[torch.Tensor, float, int, torch.Tensor | None]:
+        """ONE target pass over the uncached committed tokens and every node; with an EAGLE drafter, also the
+        target's features at every query."""
         t0, held = time.perf_counter(), kv.length(r.cache)
-        logits = kv.forward_tree(self.pair.target, r.ids, tree.parents, tree.tokens, r.cache, self.pair.vocab_size)
+        features = getattr(r.drafter, "reads_features", False)
+        out = kv.forward_tree(self.pair.target, r.ids, tree.parents, tree.tokens, r.cache, self.pair.vocab_size,
+                              features=features)
+        logits, hidden = out if features else (out, None)
         p = warp(logits, r.params)  # (nodes, V): p[i], what follows node i
         synchronize(p.device)
         target_s = time.perf_counter() - t0
@@ -175,7 +188,7 @@ class Engine:
             self.events.emit(Prefill, r.id, cached=r.stats.cached_tokens, computed=len(r.ids) - held,
                              ms=1e3 * target_s)
         self.events.emit(Verify, r.id, step=r.steps, position=len(r.ids), n=len(tree.tokens), ms=1e3 * target_s)
-        return p, target_s, len(r.ids) - held
+        return p, target_s, len(r.ids) - held, hidden
 
     def _record_tree(self, r: Request, verdict: TreeVerdict, emitted: list[int], p: torch.Tensor, root: int) -> None:
         """Each child tried, an Accept or a Reject at its depth; then the resampled or bonus token."""
@@ -210,8 +223,12 @@ class Engine:
         the pass's seconds, and how many committed tokens it computed (the whole prompt on the first step)."""
         t0 = time.perf_counter()
         held = kv.length(r.cache)
-        logits = kv.forward(self.pair.target, r.ids[held:] + proposal.tokens, r.cache, len(proposal.tokens) + 1,
-                            self.pair.vocab_size)  # (k + 1, V)
+        features = getattr(r.drafter, "reads_features", False)
+        out = kv.forward(self.pair.target, r.ids[held:] + proposal.tokens, r.cache, len(proposal.tokens) + 1,
+                         self.pair.vocab_size, features=features)  # (k + 1, V)
+        logits = out[0] if features else out
+        if features:  # an EAGLE head drafts from the target's features; it keeps the committed positions'
+            r.drafter.observe(held, out[1])
         p = warp(logits, r.params)
         synchronize(p.device)
         target_s = time.perf_counter() - t0
@@ -295,9 +312,9 @@ class Engine:
                  seed: int | None = None, ngram: int = 3, stop: str | list[str] | None = None,
                  tree: tuple[int, ...] | str | None = None) -> Generation:
         """Continue `prompt`: text (encoded with the tokenizer's special tokens, as transformers' `generate` would
-        see it), or token ids (a list or a 1-D tensor). `speculate`: "model" (the draft LM), "ngram" (prompt
-        lookup), "oracle" (the target drafts for itself), "adversary" (deliberately bad guesses) or None (plain
-        decoding). `k`: an int >= 0, or "adaptive", "heuristic", "confidence", or a policy object. Generation
+        see it), or token ids (a list or a 1-D tensor). `speculate`: "model" (the draft LM), "eagle" (the EAGLE
+        head over the target's features), "ngram" (prompt lookup), "oracle" (the target drafts for itself),
+        "adversary" (deliberately bad guesses) or None (plain decoding). `k`: an int >= 0, or "adaptive", "heuristic", "confidence", or a policy object. Generation
         stops after an eos id of the pair (`pair.eos_token_id`: one id or a list) or a token that completes a
         `stop` string, as transformers' `generate(..., stop_strings=...)` does. `tree`: guess a tree instead of a
         chain, at most tree[d] children per node at depth d (the draft model's likeliest or sampled tokens, or
@@ -402,4 +419,10 @@ class Engine:
             return AdversarialDrafter(self.pair.draft, self.pair.vocab_size)
         if speculate == "oracle":
             return OracleDrafter(self.pair.target, self.pair.vocab_size)
+        if speculate == "eagle":
+            if self.pair.eagle is None:
+                raise ValueError("speculate='eagle' needs an EAGLE head trained for this target, and this pair has "
+                                 "none; load one with load_pair(..., eagle='path/to/head') (`python -m "
+                                 "teachspec.models.train --stage eagle` trains one) or use speculate='model'")
+            return EagleDrafter(self.pair.eagle, self.pair.target, self.pair.vocab_size)
         return None

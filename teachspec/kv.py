@@ -83,12 +83,16 @@ def cache_keyword(model_class: type) -> str:
 
 @torch.inference_mode()
 def forward(model: PreTrainedModel, ids: list[int] | torch.Tensor, cache: DynamicCache, last: int,
-            vocab_size: int) -> torch.Tensor:
+            vocab_size: int, features: bool = False):
     """Run `ids` through the model on top of `cache` (which grows by len(ids)); return the float32 logits of
-    the last `last` positions, sliced to the pair's shared vocabulary: `(last, vocab_size)`."""
+    the last `last` positions, sliced to the pair's shared vocabulary: `(last, vocab_size)`. With `features`,
+    also the last hidden state (what the LM head reads) at every position fed: `(len(ids), hidden)`, for an
+    EAGLE head (`teachspec.models.eagle`)."""
     ids = torch.as_tensor(ids, dtype=torch.long, device=model.device).view(1, -1)  # (1, n)
-    out = model(input_ids=ids, use_cache=True, logits_to_keep=last, **{cache_keyword(type(model)): cache})
-    return out.logits[0, -last:, :vocab_size].float()
+    out = model(input_ids=ids, use_cache=True, logits_to_keep=last, output_hidden_states=features,
+                **{cache_keyword(type(model)): cache})
+    logits = out.logits[0, -last:, :vocab_size].float()
+    return (logits, out.hidden_states[-1][0]) if features else logits
 
 
 # -- slices of a cache, for reuse across requests ----------------------------------------------------------------
@@ -195,12 +199,13 @@ def tree_mask(model: PreTrainedModel, n_ctx: int, held: int, parents: tuple[int,
 
 @torch.inference_mode()
 def forward_tree(model: PreTrainedModel, ids: list[int], parents: tuple[int, ...], tokens: tuple[int, ...],
-                 cache: DynamicCache, vocab_size: int, nodes: range | None = None) -> torch.Tensor:
+                 cache: DynamicCache, vocab_size: int, nodes: range | None = None, features: bool = False):
     """One pass over the committed tokens the cache lacks and the tree nodes `nodes` (all but the root by default)
     of a tree of guesses laid after them: node 0, the root, is ids[-1]; node i's parent is parents[i]. Each node's
     position is the root's plus its depth, not its index in the flattened tree. Returns the float32 logits at the
     last committed token (the root), when it is among the queries, and at every node of `nodes`:
-    `(queries, vocab_size)`. The cache grows by every query; `keep` then compacts it to the accepted path."""
+    `(queries, vocab_size)`. The cache grows by every query; `keep` then compacts it to the accepted path. With
+    `features`, also the last hidden state at every query, `(queries, hidden)`, as `forward` gives it."""
     nodes = range(1, len(parents)) if nodes is None else nodes
     n_ctx = len(ids)
     held = min(length(cache), n_ctx)  # committed tokens cached (a growing tree's earlier levels come after them)
@@ -208,8 +213,9 @@ def forward_tree(model: PreTrainedModel, ids: list[int], parents: tuple[int, ...
     x = torch.tensor([ids[held:] + [tokens[i] for i in nodes]], dtype=torch.long, device=model.device)  # (1, q)
     last = len(nodes) + (1 if n_ctx > held else 0)  # the root's logits too, when the root is fed now
     out = model(input_ids=x, attention_mask=mask, position_ids=positions.view(1, -1), use_cache=True,
-                logits_to_keep=last, **{cache_keyword(type(model)): cache})
-    return out.logits[0, -last:, :vocab_size].float()
+                logits_to_keep=last, output_hidden_states=features, **{cache_keyword(type(model)): cache})
+    logits = out.logits[0, -last:, :vocab_size].float()
+    return (logits, out.hidden_states[-1][0]) if features else logits
 
 
 @torch.inference_mode()

@@ -35,10 +35,20 @@ h = alpha is Eq. (1) again: 1 + alpha + ... + alpha^k. Adding a node adds a term
 expects fewer tokens; whether it pays depends on what its pass costs, which on a CPU grows with the number of
 nodes sooner than on a GPU: `tree_tokens_per_second` divides by a measured cost. The formula is exact when p and
 q are the same at every node and the children are drawn independently: then h[d][r] = sum(min(p_r, q)), where p_r
-is the residual after r rejections, whichever tokens were rejected. Elsewhere h is a model, as alpha is in Eq. (1).
+is the residual after r rejections, whichever tokens were rejected. Elsewhere h is a model, as alpha is in Eq. (1):
+children drawn without replacement (the engine's draft model) or proposed with certainty are judged by a q' that
+depends on which siblings came before, so h[d][r] is then an average, measured (`speculative/tree_policy.py`).
+
+For a static tree (every node at depth d has b_d children) the sum has a closed form. The chance that *some* child
+of a reached depth-d node is accepted is A_d = 1 - (1 - h[d][0]) ... (1 - h[d][b_d - 1]), and a token is emitted at
+depth D exactly when one was at every depth before it, so
+
+    E[tokens per target pass] = 1 + A_0 + A_0 A_1 + ... + A_0 A_1 ... A_(D-1)          (`static_tree_expected_tokens`)
+
+Eq. (1) with alpha at depth d replaced by A_d: widening a level raises its A_d, deepening adds a term.
 
 Every function takes plain floats and returns a float; alpha and c may also be numpy arrays (elementwise). The tree
-functions take a tree as its parents (`TokenTree.parents`, or `static_tree`).
+functions take a tree as its parents (`TokenTree.parents`, or `static_tree`), or a static tree as its shape.
 """
 
 from __future__ import annotations
@@ -105,12 +115,8 @@ def static_tree(branching: Sequence[int]) -> tuple[int, ...]:
     """The parents of the static tree a shape such as (3, 2, 2, 1) names: every node at depth d has branching[d]
     children (Medusa's and SGLang's fixed trees). Breadth first, so parents come before their children; () is the
     root alone (no guess at all) and (1,) * k a chain of k."""
-    if isinstance(branching, (str, bytes)) or not isinstance(branching, Sequence):
-        raise ValueError(f"branching must be a sequence of ints >= 1, one per depth, got {branching!r}")
     parents, level = [-1], [0]
-    for d, b in enumerate(branching):
-        if isinstance(b, bool) or not isinstance(b, numbers.Integral) or b < 1:
-            raise ValueError(f"branching[{d}] must be an int >= 1 (children per node at depth {d}), got {b!r}")
+    for b in _branching(branching):
         start = len(parents)
         parents += [node for node in level for _ in range(b)]
         level = list(range(start, len(parents)))
@@ -138,6 +144,22 @@ def tree_expected_tokens(parents: Sequence[int], acceptance: Acceptance) -> floa
         emitted[i] = emitted[parent] * all_rejected[parent] * h
         all_rejected[parent] *= 1 - h
     return math.fsum(emitted)
+
+
+def static_tree_expected_tokens(branching: Sequence[int], acceptance: Acceptance) -> float:
+    """tree_expected_tokens(static_tree(branching), acceptance) in closed form, 1 + A_0 + A_0 A_1 + ... with
+    A_d = 1 - prod over r < branching[d] of (1 - h[d][r]) (module docstring): a few multiplications per depth
+    instead of a walk over every node, for a policy that weighs many shapes before every step."""
+    table = _acceptance(acceptance)
+    total, reach = 1.0, 1.0  # reach: the chance that a token is emitted at every depth so far
+    for d, b in enumerate(_branching(branching)):
+        row = table[min(d, len(table) - 1)]
+        all_rejected = 1.0
+        for r in range(b):
+            all_rejected *= 1 - row[min(r, len(row) - 1)]
+        reach *= 1 - all_rejected  # A_d
+        total += reach
+    return total
 
 
 def tree_tokens_per_second(
@@ -184,6 +206,16 @@ def _k(name: str, k: int) -> None:
         raise ValueError(f"{name} must be an int >= 0, got {k!r}")
 
 
+def _branching(branching: Sequence[int]) -> list[int]:
+    """A static tree's shape: one int >= 1 per depth."""
+    if isinstance(branching, (str, bytes)) or not isinstance(branching, Sequence):
+        raise ValueError(f"branching must be a sequence of ints >= 1, one per depth, got {branching!r}")
+    for d, b in enumerate(branching):
+        if type(b) is not int and (isinstance(b, bool) or not isinstance(b, numbers.Integral)) or b < 1:
+            raise ValueError(f"branching[{d}] must be an int >= 1 (children per node at depth {d}), got {b!r}")
+    return list(branching)
+
+
 def _tree(parents: Sequence[int]) -> tuple[list[int], list[int]]:
     """Each node's depth and rank (its place among its siblings), checking that parents describe a tree."""
     if isinstance(parents, (str, bytes)) or not isinstance(parents, Sequence) or not parents or parents[0] != -1:
@@ -208,6 +240,9 @@ def _acceptance(acceptance: Acceptance) -> list[list[float]]:
                          f"per rank), got {acceptance!r}")
     table = []
     for d, row in enumerate(rows):
+        if type(row) is list and row and all(type(h) is float and 0 <= h <= 1 for h in row):
+            table.append(row)  # the common case, a policy's measured row, without the slower checks below
+            continue
         row = [row] if isinstance(row, numbers.Real) else row
         if isinstance(row, (str, bytes)) or not isinstance(row, Sequence) or not row:
             raise ValueError(f"acceptance[{d}] must be a number in [0, 1] or a non-empty list of them per rank, "

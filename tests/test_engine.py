@@ -11,17 +11,20 @@ from teachspec import kv
 from teachspec.decode import decode
 from teachspec.engine import Engine
 from teachspec.events import Accept, Bonus, Draft, EventLog, Reject, Resample, Verify
+from teachspec.models.eagle import EagleHead, head_config
 from teachspec.models.pair import Pair
 from teachspec.sampling import SamplingParams
 
-DRAFTERS = ["model", "ngram", "oracle", "adversary", None]
+DRAFTERS = ["model", "eagle", "ngram", "oracle", "adversary", None]
 
 
 def make_pair(arch="llama", draft_seed=2, eos=None, same=False) -> Pair:
     target = build_model(arch, seed=1)
     draft = target if same else build_model(arch, seed=draft_seed, layers=1)
     tok = AutoTokenizer.from_pretrained(TOKENIZER_DIR)
-    return Pair(target, draft, tok, 4096, arch, torch.device("cpu"), eos)
+    torch.manual_seed(0)
+    head = EagleHead(head_config(target)).eval()  # untrained: random guesses, read from this family's features
+    return Pair(target, draft, tok, 4096, arch, torch.device("cpu"), eos, head)
 
 
 @pytest.fixture(scope="module")
@@ -139,10 +142,10 @@ def test_every_cache_holds_exactly_the_committed_tokens_after_every_rollback(arc
     real_forward, real_crop = kv.forward, kv.crop_to
     checked = []
 
-    def forward(model, ids, cache, last, vocab):
+    def forward(model, ids, cache, last, vocab, features=False):
         fed.setdefault(id(cache), []).extend(torch.as_tensor(ids).flatten().tolist())
         models[id(cache)] = model
-        return real_forward(model, ids, cache, last, vocab)
+        return real_forward(model, ids, cache, last, vocab, features=features)
 
     def crop_to(cache, n):
         real_crop(cache, n)

@@ -52,3 +52,48 @@ def test_short_runs_are_random_runs_told_twice():
             run = told_twice(row, range(4, 13), [], [])
             assert run is not None, f"not a run of 4-12 told twice: {row}"
             row = row[2 * len(run):]
+
+
+def test_the_heads_second_pass_reads_real_entries_before_it_and_its_own_guess():
+    """EAGLE-3's training-time test in one sequence: pass 2's entry t must compute what drafting computes for a
+    second guess: the cache holds pass 1's entries before t (built from real features), and entry t reads the
+    guessed feature."""
+    from conftest import build_model
+    from teachspec import kv
+    from teachspec.models.eagle import EagleHead, head_config
+    from teachspec.models.train import two_passes
+
+    torch.manual_seed(0)
+    head = EagleHead(head_config(build_model("llama", hidden=64))).eval()
+    n, h = 6, 64
+    real, guessed, e = torch.randn(1, n, h), torch.randn(1, n, h), torch.randn(1, n, h)
+    mask, pos = two_passes(n)
+    with torch.no_grad():
+        both = head(torch.cat([real, guessed[:, 1:]], 1), torch.cat([e, e[:, 1:]], 1), pos, attention_mask=mask)
+        for t in range(1, n):  # pass 2's entry at position t + 1
+            cache = kv.new_cache(head.layers)
+            head(real[:, :t], e[:, :t], pos[:, :t], cache=cache)
+            step = head(guessed[:, t:t + 1], e[:, t:t + 1], pos[:, t:t + 1], cache=cache)
+            assert torch.allclose(both[0, n - 1 + t], step[0, 0], atol=1e-5)
+
+
+def test_the_eagle_loss_trains_the_head_and_leaves_the_target_alone():
+    from conftest import build_model
+    from teachspec.models.eagle import EagleHead, head_config
+    from teachspec.models.train import eagle_loss
+
+    torch.manual_seed(0)
+    target = build_model("llama", hidden=64).eval().requires_grad_(False)
+    before = {k: v.clone() for k, v in target.state_dict().items()}
+    head = EagleHead(head_config(target))
+    loss_fn, x = eagle_loss(target), torch.randint(0, 4096, (4, 33))
+    opt = torch.optim.Adam(head.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(40):
+        loss = loss_fn(head, x, None)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.5 * losses[0]
+    assert all(torch.equal(v, target.state_dict()[k]) for k, v in before.items())

@@ -23,6 +23,7 @@ on) and it guesses only when the context holds a match, so Eq. (1) does not desc
 guess a tree (the draft model's, or several earlier matches as several branches) and check it all in one target
 pass; their "alpha" is per judged depth of the tree, their pass cost that of a pass over every node, and they get
 no prediction either (a tree's expected tokens are `theory.tree_expected_tokens`, which needs per-rank rates).
+The eagle rows draft with the feature-level head (`speculate="eagle"`); their c is a head pass's time.
 
 The run is watched (`teachspec.busy`): when other programs kept the CPUs busy, the tables say so under them.
 """
@@ -43,6 +44,9 @@ from teachspec.events import EventLog
 from teachspec.models.pair import Pair
 from teachspec.sampling import SamplingParams
 from teachspec.theory import expected_tokens, speedup
+
+
+EAGLE_KS = (3, 5)  # the head's guesses are cheap and good: longer chains than the draft model's pay
 
 
 class DiscardLog(EventLog):
@@ -207,9 +211,16 @@ def bench(pair: Pair, docs: list[list[int]], copy: list[list[int]], n: int = 96,
         # two adaptive runs differ by more than their logs
         docs_methods["ours k=2, events off"] = (ours(silent, "model", 2), 2)
         docs_methods["ours k=2, widget events"] = (ours(widgets, "model", 2), 2)
+    if pair.eagle is not None:  # the feature-level head: chains and trees
+        for k in EAGLE_KS:
+            docs_methods[f"ours eagle k={k}"] = (ours(plain_engine, "eagle", k), k)
+        docs_methods["ours eagle adaptive"] = (ours(plain_engine, "eagle", "adaptive"), "adaptive")
+        docs_methods["ours eagle tree (2, 2, 1)"] = (ours(plain_engine, "eagle", 0, (2, 2, 1)), "tree")
+        docs_methods["ours eagle tree dynamic"] = (ours(plain_engine, "eagle", 0, "dynamic"), "tree")
     sampled_methods = {name: m for name, m in docs_methods.items()
                        if name in ("ours plain", "transformers generate", "ours k=2", "ours adaptive",
-                                   "ours tree (2, 2, 1)", "ours tree adaptive", "ours tree dynamic")}
+                                   "ours tree (2, 2, 1)", "ours tree adaptive", "ours tree dynamic",
+                                   f"ours eagle k={EAGLE_KS[0]}", "ours eagle adaptive", "ours eagle tree dynamic")}
     copy_methods = {"ours plain": (ours_plain, 0), "transformers generate": (hf(False), 0),
                     "ours prompt lookup k=8": (ours(plain_engine, "ngram", 8), 8),
                     "ours prompt lookup adaptive": (ours(plain_engine, "ngram", "adaptive"), "adaptive"),

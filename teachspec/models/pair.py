@@ -25,6 +25,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from teachspec.device import resolve_device, resolve_dtype
+from teachspec.models.eagle import EagleHead, load_head
 from teachspec.models.packed import pack
 from teachspec.models.support import check_config, probe
 from teachspec.stopping import eos_ids
@@ -41,6 +42,7 @@ class Pair:
     name: str
     device: torch.device
     eos_token_id: int | tuple[int, ...] | None = None  # generation stops after any of these; None never stops early
+    eagle: EagleHead | None = None  # a feature-level draft head trained for this target (`speculate="eagle"`)
 
     def __iter__(self):
         return iter((self.target, self.draft, self.tokenizer))
@@ -134,7 +136,8 @@ def load_pair(name: str | None = None, *, target: str | Path | PreTrainedModel |
               draft: str | Path | PreTrainedModel | None = None,
               tokenizer: str | Path | PreTrainedTokenizerBase | None = None,
               device: str | torch.device | None = None, dtype: str | torch.dtype | None = None,
-              torch_dtype: str | torch.dtype | None = None, device_map=None, trust_remote_code: bool = False) -> Pair:
+              torch_dtype: str | torch.dtype | None = None, device_map=None, trust_remote_code: bool = False,
+              eagle: str | Path | None = None) -> Pair:
     """Load a bundled pair by name, or any two causal LMs that share a vocabulary: hub ids, local folders, or
     transformers models already in memory.
 
@@ -142,6 +145,8 @@ def load_pair(name: str | None = None, *, target: str | Path | PreTrainedModel |
     `tokenizer` defaults to the target's (a name or folder); a target given as a model needs one. `device` defaults
     to "cpu"; `dtype` (or its older name `torch_dtype`) to float32 on CPU and bfloat16 on CUDA; `device_map` and
     `trust_remote_code` pass through to `from_pretrained` (`device_map` needs the `accelerate` package). A model given in memory stays where it is, in its dtype.
+    `eagle`: a folder holding an EAGLE head trained for the target (`teachspec.models.eagle`); a bundled pair
+    brings its own.
     On the CPU in float32 the large linear layers are packed for oneDNN (`teachspec.models.packed`): the same
     numbers, a flatter verification cost, for models whose packed copies take at most 1 GiB
     (`packed.pack(model, max_bytes=None)` packs any). Models the engine cannot roll back (recurrent or
@@ -169,6 +174,8 @@ def load_pair(name: str | None = None, *, target: str | Path | PreTrainedModel |
                              f"models pass target= and draft= (hub ids, local folders or loaded models)")
         root = BUNDLED[name]
         target, draft, tokenizer = root / "target", root / "draft", root if tokenizer is None else tokenizer
+        if eagle is None and (root / "eagle").exists():
+            eagle = root / "eagle"
     in_memory = [role for role, m in (("target", target), ("draft", draft)) if isinstance(m, PreTrainedModel)]
     if in_memory:
         given = {k: v for k, v in (("device", device), ("dtype", dtype), ("torch_dtype", torch_dtype),
@@ -207,8 +214,15 @@ def load_pair(name: str | None = None, *, target: str | Path | PreTrainedModel |
     if eos is None:
         eos = tokenizer.eos_token_id
     eos = tuple(eos) if isinstance(eos, (list, tuple)) else eos
+    head = None
+    if eagle is not None:
+        if not (Path(eagle) / "config.json").exists():
+            raise FileNotFoundError(f"eagle={str(eagle)!r}: no EAGLE head there (expected a folder with config.json "
+                                    f"and model.safetensors, as `python -m teachspec.models.train --stage eagle` "
+                                    f"writes)")
+        head = load_head(Path(eagle), target_model)
     return Pair(target_model, draft_model, tokenizer, vocab, name or f"{names[0]} / {names[1]}", target_model.device,
-                eos)
+                eos, head)
 
 
 def _named(source) -> str:

@@ -1,7 +1,8 @@
 """Train the bundled draft/target pair from scratch, on Python's own documentation and source.
 
-    python -m teachspec.models.train --stage all           # tokenizer, target, draft: about 90 minutes on 2 cores
+    python -m teachspec.models.train --stage all           # tokenizer, target, draft, EAGLE head: about 2 hours
     python -m teachspec.models.train --stage draft         # retrain only the draft against the saved target
+    python -m teachspec.models.train --stage eagle         # retrain only the EAGLE head against the saved target
     python -m teachspec.models.train --stage target --resume --target-minutes 40   # train the target further
     cp -r teachspec/models/tiny copier                     # optional: a pair that copies (see **copy**)
     python -m teachspec.models.train --stage copy --out copier
@@ -18,6 +19,9 @@ pair is replaced only when `--out` names its folder, `teachspec/models/tiny/`):
    (Hinton et al. 2015): the loss is KL(p || q) on every position plus a little cross-entropy. Half of each
    distillation batch is text the target wrote itself from corpus prompts, because speculation is scored on the
    target's own continuations, not on the corpus (the on-policy idea of DistillSpec, Zhou et al. 2023).
+4. **eagle**: the feature-level draft head of `teachspec/models/eagle.py` (one 384-wide decoder layer over the
+   target's last hidden state and the next token's embedding), trained with EAGLE's loss (`eagle_loss`) on corpus
+   windows and, again, the target's own text, for a fixed budget (30 minutes by default). The target stays frozen.
 
 **copy** (optional, not part of `all`): the saved target trained further on passages and random runs written twice,
 so that it learns to copy from its context (induction heads, Olsson et al. 2022); a quarter of each batch stays
@@ -61,7 +65,9 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, 
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen3Config
 
 from teachspec.device import set_threads, use_cpu_policy
+from teachspec import kv
 from teachspec.models import corpus
+from teachspec.models.eagle import EagleHead, head_config, load_head, save_head
 
 EOS = "<|endoftext|>"
 BUNDLED = Path(__file__).parent / "tiny"
@@ -228,7 +234,8 @@ class RunLog:
 
 
 def fit(model, loss_fn, data, minutes: float, lr: float, val, seq_len: int, label: str, warmup: int = 100) -> RunLog:
-    """Train until the wall-clock budget is spent; lr warms up, then a cosine over the *time* budget to 10%."""
+    """Train until the wall-clock budget is spent; lr warms up, then a cosine over the *time* budget to 10%.
+    `val`: a token stream to measure validation loss on, or a function of the model that returns its own score."""
     decay, no_decay = [], []
     for n, p in model.named_parameters():
         (no_decay if p.ndim < 2 else decay).append(p)
@@ -236,6 +243,7 @@ def fit(model, loss_fn, data, minutes: float, lr: float, val, seq_len: int, labe
                             lr=lr, betas=(0.9, 0.95))
     log, t0, ema = RunLog(), time.time(), None
     budget = minutes * 60
+    evaluate = val if callable(val) else lambda m: val_loss(m, val, seq_len)  # a stream, or a model's own check
     while (elapsed := time.time() - t0) < budget:
         frac = elapsed / budget
         scale = min(1.0, (log.steps + 1) / warmup) * (0.1 + 0.45 * (1 + math.cos(math.pi * frac)))
@@ -254,8 +262,8 @@ def fit(model, loss_fn, data, minutes: float, lr: float, val, seq_len: int, labe
             print(f"[{label}] step {log.steps} {elapsed / 60:.1f} min loss {ema:.3f} "
                   f"{log.tokens / elapsed:.0f} tok/s", flush=True)
         if log.steps % 1000 == 0:
-            print(f"[{label}] val {val_loss(model, val, seq_len):.3f}", flush=True)
-    log.minutes, log.train_loss, log.val_loss = (time.time() - t0) / 60, ema, val_loss(model, val, seq_len)
+            print(f"[{label}] val {evaluate(model):.3f}", flush=True)
+    log.minutes, log.train_loss, log.val_loss = (time.time() - t0) / 60, ema, evaluate(model)
     print(f"[{label}] done: {asdict(log)}", flush=True)
     return log
 
@@ -308,11 +316,82 @@ def halves(data):
         yield x[:len(x) // 2], y[:len(y) // 2]
 
 
+def two_passes(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The attention mask and position ids of EAGLE-3's training-time test laid out as one sequence: pass 1's n
+    entries (positions 1 .. n, causal), then pass 2's entries at positions 2 .. n, where entry t sees pass 1's
+    entries before t and itself, as a second guess does at inference (the cache holds real entries before it)."""
+    allowed = torch.zeros(2 * n - 1, 2 * n - 1, dtype=torch.bool)
+    allowed[:n, :n] = torch.ones(n, n, dtype=torch.bool).tril()
+    allowed[n:, :n] = torch.ones(n - 1, n, dtype=torch.bool).tril()  # pass 2's entry t: pass 1's before t
+    allowed[n:, n:] = torch.eye(n - 1, dtype=torch.bool)  # ... and itself
+    mask = torch.zeros(1, 1, 2 * n - 1, 2 * n - 1).masked_fill(~allowed, torch.finfo(torch.float32).min)
+    return mask, torch.cat([torch.arange(1, n + 1), torch.arange(2, n + 1)])[None]
+
+
+def eagle_loss(target, noise: float = 0.1):
+    """EAGLE's objective for the head, over two passes.
+
+    Pass 1 reads the target's real features: entry t gets [f_{t-1} ; e(x_t)] and must predict f_t. The loss is
+    EAGLE's: a SmoothL1 regression of f^_t on f_t, plus KL(p || q) between the target's distribution lm_head(f_t)
+    and the head's lm_head(f^_t). The input features carry a little Gaussian noise (EAGLE's uniform noise, here
+    scaled to the features' size) because at inference they are the head's own, imperfect, guesses.
+    Pass 2 is the "training-time test" of EAGLE-3: drafting a second guess, the head reads its *own* f^_{t-1}
+    beside the real features of every earlier position (held in its cache). Laid out as one sequence, pass 2's
+    entry t sees pass 1's entries before t and itself, through a 4-D mask, and is scored like pass 1."""
+    embed, lm_head, base = target.get_input_embeddings(), target.get_output_embeddings(), target.get_decoder()
+
+    def step_loss(guess, real, log_p):
+        log_q = F.log_softmax(lm_head(guess), dim=-1)
+        kl = F.kl_div(log_q.flatten(0, 1), log_p.flatten(0, 1), log_target=True, reduction="batchmean")
+        return kl + F.smooth_l1_loss(guess, real)
+
+    def loss_fn(head, x, y):
+        b, t = x.shape
+        with torch.no_grad():
+            f = base(input_ids=x).last_hidden_state  # (B, T, H): the target's features
+            log_p = F.log_softmax(lm_head(f[:, 1:]), dim=-1)  # p of what follows x_1 .. x_{T-1}
+            e = embed(x[:, 1:])  # (B, T-1, H)
+        f_in = f[:, :-1] + noise * f.pow(2).mean(-1, keepdim=True).sqrt()[:, :-1] * torch.randn_like(f[:, :-1])
+        n = t - 1
+        mask, pos = two_passes(n)
+        pos = pos.expand(b, -1)
+        first = head(f_in, e, pos[:, :n], attention_mask=mask[..., :n, :n])  # pass 1 alone, for its guesses
+        both = head(torch.cat([f_in, first[:, :-1]], 1), torch.cat([e, e[:, 1:]], 1), pos,
+                    attention_mask=mask.expand(b, -1, -1, -1))
+        return (step_loss(both[:, :n], f[:, 1:], log_p)
+                + step_loss(both[:, n:], f[:, 2:], log_p[:, 1:]))
+
+    return loss_fn
+
+
+@torch.no_grad()
+def eagle_agreement(head, target, rows: torch.Tensor) -> list[float]:
+    """Greedy agreement of the head with the target on held-out rows, one and two guesses ahead: the share of
+    positions where argmax q equals argmax p (the greedy alpha of a first and of a second guess)."""
+    head.eval()
+    embed, lm_head, base = target.get_input_embeddings(), target.get_output_embeddings(), target.get_decoder()
+    f = base(input_ids=rows).last_hidden_state
+    best = lm_head(f).argmax(-1)  # (B, T): the target's greedy next token after each position
+    pos = torch.arange(1, rows.shape[1]).expand(len(rows), -1)
+    first = head(f[:, :-1], embed(rows[:, 1:]), pos)  # f^_t from real features
+    one = (lm_head(first).argmax(-1) == best[:, 1:]).float().mean().item()
+    # a second guess: entry t reads f^_{t-1}; every earlier entry is real (run one position at a time)
+    cache, hits = kv.new_cache(head.layers), []
+    for t in range(1, min(rows.shape[1], 65)):
+        if t >= 2:  # the entry at t from the guessed feature, not kept
+            guess = head(first[:, t - 2:t - 1], embed(rows[:, t:t + 1]), pos[:, t - 1:t], cache=cache)
+            hits.append((lm_head(guess[:, -1]).argmax(-1) == best[:, t]).float())
+            kv.crop_to(cache, t - 1)
+        head(f[:, t - 1:t], embed(rows[:, t:t + 1]), pos[:, t - 1:t], cache=cache)
+    head.train()
+    return [one, torch.stack(hits).mean().item()]
+
+
 # ----------------------------------------------------------------------------------------------------------------
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m teachspec.models.train", description=__doc__.splitlines()[0])
-    ap.add_argument("--stage", choices=["tokenizer", "target", "copy", "draft", "all"], default="all")
+    ap.add_argument("--stage", choices=["tokenizer", "target", "copy", "draft", "eagle", "all"], default="all")
     ap.add_argument("--out", type=Path, default=OUT,
                     help="the folder to train into (default: trained-pair/ here; teachspec/models/tiny replaces the "
                          "bundled pair)")
@@ -331,15 +410,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--draft-minutes", type=float, default=5)
     ap.add_argument("--kd-minutes", type=float, default=10)
     ap.add_argument("--self-written", type=int, default=512, help="target continuations to distil on")
+    ap.add_argument("--eagle-minutes", type=float, default=30, help="the EAGLE head's budget")
     ap.add_argument("--threads", type=int, default=None,
                     help="CPU threads for torch (default: the CPUs this process may use; see teachspec/device.py)")
     ap.add_argument("--resume", action="store_true",
-                    help="continue training the saved target instead of starting from random weights")
+                    help="continue training the saved target (or with --stage eagle, the saved head) instead of "
+                         "starting from random weights")
     ap.add_argument("--lr", type=float, default=1e-3, help="the target's peak learning rate")
     args = ap.parse_args(argv)
     # a stage that continues earlier work needs that work in --out, which by default is a new folder
     needs = ([] if args.stage in ("tokenizer", "all") else ["tokenizer.json"]) + (
-        ["target"] if args.stage in ("copy", "draft") or args.resume else [])
+        ["target"] if args.stage in ("copy", "draft", "eagle") or args.resume else [])
     missing = [name for name in needs if not (args.out / name).exists()]
     if missing:
         ap.error(f"--stage {args.stage} continues from {' and '.join(missing)} in --out {args.out}, which has none: "
@@ -428,6 +509,32 @@ def main(argv: list[str] | None = None) -> None:
         if size.window:
             stats["draft"]["copy_accuracy"] = copy_accuracy(draft, val, sep)
         stats_path.write_text(json.dumps(stats, indent=2))
+
+    if args.stage in ("eagle", "all"):
+        target = LlamaForCausalLM.from_pretrained(args.out / "target", dtype=torch.float32).eval()
+        target.requires_grad_(False)
+        earlier = stats.get("eagle") if args.resume else None
+        head = load_head(args.out / "eagle", target).train() if earlier else EagleHead(head_config(target))
+        if earlier:
+            gen.manual_seed(args.seed + earlier["steps"])  # fresh batches and text, not a replay of the first run's
+        t0 = time.time()
+        own = self_written(target, train, n_seq=args.self_written, prompt_len=64, new=192, gen=gen)
+        gen_minutes = (time.time() - t0) / 60
+        held_out = self_written(target, val, n_seq=32, prompt_len=64, new=64, gen=gen)
+        data = mixed(batches(train, 8, 255, gen), row_batches(own, 8, gen))
+        log = fit(head, eagle_loss(target), data, args.eagle_minutes, 1e-3, lambda m: -eagle_agreement(
+            m, target, held_out)[0], 255, "eagle", warmup=20)
+        one, two = eagle_agreement(head, target, held_out)
+        before = earlier or dict.fromkeys(("minutes", "self_written_minutes", "steps", "tokens"), 0)
+        card = {"params": sum(p.numel() for p in head.parameters()), "minutes": before["minutes"] + log.minutes,
+                "self_written_minutes": before["self_written_minutes"] + gen_minutes,
+                "steps": before["steps"] + log.steps, "tokens": before["tokens"] + log.tokens,
+                "train_loss": log.train_loss, "greedy_agreement": [one, two]}
+        print(f"[eagle] greedy agreement, first guess {one:.3f}, second guess {two:.3f}", flush=True)
+        save_head(head, args.out / "eagle", card)
+        stats["eagle"] = card
+        stats_path.write_text(json.dumps(stats, indent=2))
+
 
 if __name__ == "__main__":
     main()

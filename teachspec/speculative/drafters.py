@@ -5,7 +5,10 @@ was drawn from (or None when the proposal is certain, a point mass). The accepta
 *exactly* what the token was sampled from, so a model drafter warps its logits with the same `SamplingParams` as
 the target (temperature, top-k, top-p) and returns that warped q.
 
-- `ModelDrafter`: a small LM with its own KV cache (Leviathan et al. 2023; Chen et al. 2023).
+- `ModelDrafter`: a small LM with its own KV cache (Leviathan et al. 2023; Chen et al. 2023). It also grows
+  trees of guesses, static shapes and EAGLE-2's dynamic tree; sampled, a node's children are drawn *without
+  replacement* (`draw_without_replacement`), so siblings are distinct and a second guess is never wasted on the
+  token the first already offered.
 - `NgramDrafter`: prompt lookup: find the latest earlier occurrence of the context's last n tokens and propose
   what followed it (Saxena 2023). No model at all; pays off when the output copies the input.
 - `oracle`: the target itself as its own draft: alpha = 1, the upper bound a perfect draft would reach.
@@ -15,8 +18,10 @@ the target (temperature, top-k, top-p) and returns that warped q.
 
 from __future__ import annotations
 
+import math
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 from transformers import PreTrainedModel
@@ -24,7 +29,7 @@ from transformers import PreTrainedModel
 from teachspec import kv
 from teachspec.checks import check_int
 from teachspec.sampling import SamplingParams, sample, warp
-from teachspec.speculative.tree import TokenTree
+from teachspec.speculative.tree import Kind, TokenTree
 
 
 @dataclass
@@ -33,6 +38,7 @@ class TreeProposal:
     q: torch.Tensor | None  # (nodes, vocab): q[i] the distribution node i's children were drawn from; None: certain
     passes: int
     seconds: float
+    kind: Kind = "independent"  # how each node's children were drawn from q[i]: what `verify_tree` must be told
 
 
 @dataclass
@@ -41,6 +47,134 @@ class Proposal:
     q: torch.Tensor | None  # (len(tokens), vocab): the distribution each was sampled from; None: point masses
     passes: int  # draft forward passes spent
     seconds: float
+
+
+def draw_without_replacement(q: torch.Tensor, b: int, generator) -> list[list[int]]:
+    """b distinct tokens from each row of q (rows, vocab), in the order drawn: the first from q, each next one from
+    q without the tokens drawn before it, renormalised; that is what `verify_tree(kind="without_replacement")`
+    judges them by. A row with fewer than b tokens of q > 0 gives all of those.
+
+    Gumbel-top-k (Vieira 2014; Kool et al. 2019, arXiv:1903.06059): add independent Gumbel noise -log(-log u) to
+    log q and take the b largest keys, largest first. The largest is a sample of q (the Gumbel-max trick) and,
+    given which token it was, the other keys are still independent Gumbels added to log q, so the next largest is
+    the same trick on q without it. One uniform per vocabulary entry, every row at once."""
+    u = 1.0 - torch.rand(q.shape, generator=generator, dtype=torch.float64, device=q.device)  # (rows, vocab) in (0, 1]
+    keys = (q.double().log() - (-u.log()).log()).masked_fill(q <= 0, -math.inf)  # log q + Gumbel; q = 0: never
+    top = keys.topk(min(b, q.shape[-1]), dim=-1)  # (rows, b), largest first
+    return [[x for x, key in zip(xs, ks) if key > -math.inf] for xs, ks in zip(top.indices.tolist(),
+                                                                            top.values.tolist())]
+
+
+@dataclass
+class Grown:
+    """A tree grown from a drafter's logits: the tree, q (None: certain guesses), the draft passes, how the
+    children were drawn, how many nodes (from node 0) were fed to the drafter, and for a dynamic tree, each kept
+    fed node's index in the order fed (`rows`)."""
+    tree: TokenTree
+    q: torch.Tensor | None
+    passes: int
+    kind: Kind
+    fed: int = 0
+    rows: dict[int, int] = field(default_factory=dict)
+
+
+Feed = Callable[[list[int], list[int], range], torch.Tensor]  # (parents, tokens, nodes) -> their logits (n, V)
+
+
+def grow_static(logits: torch.Tensor, root: int, shape: tuple[int, ...], params: SamplingParams, generator,
+                feed: Feed) -> Grown:
+    """A static tree, shape[d] children for every node at depth d (Medusa's and EAGLE's static trees), from the
+    root's logits (1, V); `feed` runs the drafter over each new level but the deepest. A node's children are drawn
+    from its q without replacement (recursive rejection sampling verifies them, Jeon et al. 2024); under greedy
+    decoding, where q is one-hot, they are the b tokens the drafter's logits rank highest, proposed as certain
+    guesses (q = None), so the target's argmax is found among them when it is there.
+
+    Why not independent draws (SpecInfer)? The rule is exact either way, but a child drawn with replacement
+    repeats an earlier sibling with probability q(x_1) (and more), and a repeat is wasted: x_1 is rejected only
+    where p'(x_1) < q(x_1), so the residual the next sibling is judged by is 0 at x_1. Distinct siblings always
+    offer the target something new."""
+    parents, tokens, qs, level, passes = [-1], [root], {}, [0], 1
+    for d, b in enumerate(shape):
+        q = warp(logits, params)  # (len(level), V), the same warping the target's p gets
+        picks = logits.topk(b).indices.tolist() if params.greedy else draw_without_replacement(q, b, generator)
+        grown = []
+        for node, row, children in zip(level, q, picks):
+            qs[node] = row
+            parents += [node] * len(children)
+            tokens += children
+            grown += range(len(tokens) - len(children), len(tokens))
+        level = grown
+        if d + 1 < len(shape):  # the deepest level has no children to draft: it is never fed
+            logits = feed(parents, tokens, range(level[0], level[-1] + 1))
+            passes += 1
+    q = None if params.greedy else torch.stack([qs.get(i, torch.zeros_like(qs[0])) for i in range(len(tokens))])
+    return Grown(TokenTree(tuple(parents), tuple(tokens)), q, passes, "without_replacement", fed=level[0])
+
+
+def grow_dynamic(logits: torch.Tensor, root: int, depth: int, params: SamplingParams, generator, feed: Feed,
+                 width: int = 3, nodes: int = 10) -> Grown:
+    """EAGLE-2's dynamic tree (Li et al. 2024, arXiv:2406.16858): `depth` levels, one drafter pass a level. Each
+    level draws `width` children for every node it expands, then expands the `width` most *confident* of them,
+    confidence being the product of the draft's probabilities along the path; at the end only the `nodes`
+    most *valuable* guesses are kept.
+
+    Greedy: the children are the `width` likeliest tokens, certain guesses (q = None), and a guess's value is
+    its confidence. Certain guesses are exact however they were chosen.
+
+    Sampled: the children are drawn from q without replacement and judged so. Then the guesses kept must not
+    be chosen by the drawn tokens themselves: a sample kept because it is likely is no longer a sample of q,
+    and the output would be biased. So a child's value is fixed *before* it is drawn: its parent's confidence
+    times the draft's mass not yet drawn at the parent (the draft's own chance that the next token is none of
+    the earlier siblings). It is never above its parent's value or its earlier sibling's, and everything that
+    depends on the drawn token (its confidence, its later siblings' and descendants' values) is never above
+    it; so whether a child is kept is decided by guesses ranked above it, none of which depends on it. Every
+    node keeps its first children in the order drawn, and each next one is kept or not before it is looked
+    at: a stopping rule, which the multi-draft rule allows (`verify_tree`'s induction over the children)."""
+    # the nodes fed, numbered in the order fed (node i's keys sit at row i after the committed ones); every
+    # child drawn is a guess (value, parent node, token, log confidence), in the order drawn; fed_as: the node
+    # a guess was fed as, if it was
+    parents, tokens, confidence, qs = [-1], [root], [0.0], {}
+    guesses, fed_as, frontier, passes = [], {}, [0], 1
+    for d in range(depth):
+        first = len(guesses)
+        if params.greedy:
+            log_p = logits.log_softmax(-1)
+            for node, row, children in zip(frontier, log_p, log_p.topk(width).indices.tolist()):
+                guesses += [(confidence[node] + lp, node, x, confidence[node] + lp)
+                            for x, lp in zip(children, row[children].tolist())]
+        else:
+            q = warp(logits, params)  # (len(frontier), V), the same warping the target's p gets
+            for node, row, children in zip(frontier, q, draw_without_replacement(q, width, generator)):
+                qs[node], left = row, 1.0  # left: the draft's mass not yet drawn at this node
+                for x, q_x in zip(children, row[children].tolist()):
+                    value = confidence[node] + (math.log(left) if left > 0 else -math.inf)
+                    guesses.append((value, node, x, min(value, confidence[node] + math.log(q_x))))
+                    left -= q_x
+        if d + 1 == depth:
+            break
+        by_confidence = sorted(range(first, len(guesses)), key=lambda g: -guesses[g][3])  # ties: drawn first
+        start = len(tokens)
+        for g in sorted(by_confidence[:width]):
+            fed_as[g] = len(tokens)
+            _, parent, x, c = guesses[g]
+            parents.append(parent)
+            tokens.append(x)
+            confidence.append(c)
+        frontier = list(range(start, len(tokens)))
+        logits = feed(parents, tokens, range(start, len(tokens)))  # (width, V)
+        passes += 1
+    # the `nodes` most valuable guesses, numbered in the order drawn: every parent before its children, and a
+    # node's children tried in the order they were drawn, which is what they are judged by
+    kept = sorted(sorted(range(len(guesses)), key=lambda g: -guesses[g][0])[:nodes])  # ties: parents, drawn first
+    new = {g: i for i, g in enumerate(kept, start=1)}
+    number = {0: 0} | {node: new[g] for g, node in fed_as.items() if g in new}  # fed node -> its new number
+    rows = {new[g]: fed_as[g] for g in kept if g in fed_as}
+    tree = TokenTree((-1, *(number[guesses[g][1]] for g in kept)), (root, *(guesses[g][2] for g in kept)))
+    if params.greedy:
+        return Grown(tree, None, passes, "independent", rows=rows)
+    zeros = torch.zeros_like(qs[0])
+    q = torch.stack([qs[0]] + [qs.get(fed_as.get(g), zeros) for g in kept])  # (nodes + 1, V); leaves' unread
+    return Grown(tree, q, passes, "without_replacement", rows=rows)
 
 
 class ModelDrafter:
@@ -114,75 +248,36 @@ class ModelDrafter:
         return torch.stack(qs)  # (k, vocab)
 
     def propose_tree(self, ids: list[int], shape: tuple[int, ...], params: SamplingParams, generator) -> TreeProposal:
-        """A static tree, shape[d] children for every node at depth d (Medusa's and EAGLE's static trees), grown
-        level by level: one draft pass per level over all of the level's nodes, each seeing only its own ancestors
-        (`kv.tree_mask`). A node's children are drawn independently from its q (SpecInfer's rule verifies them);
-        under greedy decoding, where q is one-hot, they are the b tokens the draft's logits rank highest, proposed
-        as certain guesses (q = None), so the target's argmax is found among them when it is there."""
+        """A static tree (`grow_static`), grown level by level: one draft pass per level over all of the level's
+        nodes, each seeing only its own ancestors (`kv.tree_mask`)."""
         t0 = time.perf_counter()
+        grown = grow_static(self._root_logits(ids), ids[-1], shape, params, generator, self._feed(ids))
+        self._rows = {i: i for i in range(1, grown.fed)}  # node -> its row after the committed ones, if it was fed
+        self._tokens = list(grown.tree.tokens)
+        return TreeProposal(grown.tree, grown.q, grown.passes, time.perf_counter() - t0, grown.kind)
+
+    def propose_dynamic(self, ids: list[int], depth: int, params: SamplingParams, generator, width: int = 3,
+                        nodes: int = 10) -> TreeProposal:
+        """EAGLE-2's dynamic tree (`grow_dynamic`), one draft pass a level."""
+        t0 = time.perf_counter()
+        grown = grow_dynamic(self._root_logits(ids), ids[-1], depth, params, generator, self._feed(ids), width,
+                             nodes)
+        self._rows = grown.rows
+        self._tokens = list(grown.tree.tokens)
+        return TreeProposal(grown.tree, grown.q, grown.passes, time.perf_counter() - t0, grown.kind)
+
+    def _root_logits(self, ids: list[int]) -> torch.Tensor:
         feed = self._sync(ids)
         logits = kv.forward(self.model, feed, self.cache, 1, self.vocab_size)  # (1, V): what follows the root
         self.cached += feed
-        parents, tokens, qs, level, passes = [-1], [ids[-1]], {}, [0], 1
-        for d, b in enumerate(shape):
-            grown = []
-            for node, row in zip(level, logits):
-                q = warp(row, params)
-                qs[node] = q
-                children = row.topk(b).indices.tolist() if params.greedy else \
-                    [int(sample(q, generator)) for _ in range(b)]
-                parents += [node] * len(children)
-                tokens += children
-                grown += range(len(tokens) - len(children), len(tokens))
-            level = grown
-            if d + 1 < len(shape):  # the deepest level has no children to draft: it is never fed
-                logits = kv.forward_tree(self.model, ids, tuple(parents), tuple(tokens), self.cache, self.vocab_size,
-                                         nodes=range(level[0], level[-1] + 1))
-                passes += 1
-        self._rows = {i: i for i in range(1, level[0])}  # node -> its row after the committed ones, if it was fed
-        self._tokens = tokens
-        q = None if params.greedy else torch.stack([qs.get(i, torch.zeros_like(qs[0])) for i in range(len(tokens))])
-        return TreeProposal(TokenTree(tuple(parents), tuple(tokens)), q, passes, time.perf_counter() - t0)
+        return logits
 
-    def propose_dynamic(self, ids: list[int], depth: int, width: int = 3, nodes: int = 10) -> TreeProposal:
-        """EAGLE-2's dynamic tree: `depth` levels, each expanding the `width` nodes with the highest path confidence
-        (the product of the draft's probabilities along the path) into their `width` likeliest children, one draft
-        pass a level; then only the `nodes` most confident guesses are kept (a child is never more confident than
-        its parent, so every kept node's ancestors are kept). The children are chosen, not sampled: certain
-        guesses (q = None), for which the rule is exact at any temperature."""
-        t0 = time.perf_counter()
-        feed = self._sync(ids)
-        logits = kv.forward(self.model, feed, self.cache, 1, self.vocab_size)  # (1, V)
-        self.cached += feed
-        # the nodes fed so far, numbered in the order fed (so node i's keys sit at row i after the committed ones);
-        # the other candidates stay leaves and are numbered after them, at the end
-        parents, tokens, score, frontier, leaves, passes = [-1], [ids[-1]], [0.0], [0], [], 1
-        for d in range(depth):
-            grown = [(score[node] + lq, node, x) for node, row in zip(frontier, logits.log_softmax(-1))
-                     for lq, x in zip(*(t.tolist() for t in row.topk(width)))]
-            grown.sort(reverse=True)
-            expand, leaves = grown[:width], leaves + grown[width:]
-            if d + 1 == depth:
-                leaves += expand
-                break
-            start = len(tokens)
-            parents += [node for _, node, _ in expand]
-            tokens += [x for _, _, x in expand]
-            score += [s for s, _, _ in expand]
-            frontier = list(range(start, len(tokens)))
-            logits = kv.forward_tree(self.model, ids, tuple(parents), tuple(tokens), self.cache, self.vocab_size,
-                                     nodes=range(start, len(tokens)))
-            passes += 1
-        fed = len(tokens)
-        parents += [node for _, node, _ in leaves]
-        tokens += [x for _, _, x in leaves]
-        score += [s for s, _, _ in leaves]
-        keep = [0] + sorted(sorted(range(1, len(tokens)), key=score.__getitem__, reverse=True)[:nodes])
-        new = {old: i for i, old in enumerate(keep)}
-        self._rows = {new[old]: old for old in keep[1:] if old < fed}
-        self._tokens = [tokens[old] for old in keep]
-        tree = TokenTree(tuple(-1 if old == 0 else new[parents[old]] for old in keep), tuple(self._tokens))
-        return TreeProposal(tree, None, passes, time.perf_counter() - t0)
+    def _feed(self, ids: list[int]):
+        """One draft pass over tree nodes `nodes` (those before them are cached): their logits, (len(nodes), V)."""
+        def feed(parents: list[int], tokens: list[int], nodes: range) -> torch.Tensor:
+            return kv.forward_tree(self.model, ids, tuple(parents), tuple(tokens), self.cache, self.vocab_size,
+                                   nodes=nodes)
+        return feed
 
     def keep_path(self, n_before: int, path: list[int]) -> None:
         """After a tree step: keep the committed tokens' rows and those of the accepted nodes the draft has fed;

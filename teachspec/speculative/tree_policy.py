@@ -2,17 +2,41 @@
 
 A wider tree catches more of the target's choices at each depth, a deeper one more tokens per pass, and both cost:
 the target pass grows with the number of nodes (on a CPU soon: a few flops per byte, notebook 1), and the draft
-spends one pass per level. The policy keeps, with exponential forgetting (weight `decay` per step):
+spends one pass per level, dearer the more nodes the level holds. Before each step the policy picks, among
+`candidates` (no guess at all, every chain up to 8 guesses, and trees), the shape with the most expected tokens
+per second,
+
+    rate(shape) = E[tokens | shape] / (o + draft_s(shape) + t(n)),       n = the shape's nodes, root included
+
+(`theory.tree_tokens_per_second`, o counted with the drafting). E is Sequoia's sum over nodes of the chance each
+is emitted, from h[d][r], which for a static shape is 1 + A_0 + A_0 A_1 + ..., A_d the chance that some child at
+depth d is accepted (`theory.static_tree_expected_tokens`); with one child per level and t constant the rate is the
+chain policy's Theorem 3.8. Every ingredient is measured, with exponential forgetting (weight `decay` per step for
+acceptance, which changes with the text; `cost_decay` for timings, which change at once when another program takes
+the cores):
 
 - h[d][r]: the chance that the rank-r child of a depth-d node is accepted once its earlier siblings were rejected,
-  counted over every child verification tried (`TreeVerdict.nodes`);
-- t(n): seconds of a target pass over n nodes, measured where n was used and a least-squares line between;
-- the draft's seconds per level.
+  counted over every child verification tried (`TreeVerdict.nodes`), and shrunk by `prior` pseudo-tries towards a
+  neighbour's: a first child's towards the depth above's, a later sibling's towards its elder's squared (it is
+  tried only where the draft's likelier guesses failed). A child seldom tried borrows a rate, a modest one: a tree
+  has to earn its place by measurement, so the policy does not spend its first steps on big trees;
+- t(n): seconds of a target pass over n nodes: the mean of the passes timed at n, shrunk towards a least-squares
+  line through every size's mean by `prior` pseudo-passes. A size timed rarely leans on the line, so one timing
+  on a busy machine does not decide for it or against it; a size timed often has its own mean, which the line
+  cannot give (on a CPU a pass costs about the same for a few nodes, then rises). n = 1 is the root alone: plain
+  decoding's own pass;
+- draft_s = a * passes + b * nodes fed: a least-squares fit of the drafting seconds of every step to the number
+  of draft passes (the tree's depth) and the nodes those passes read (every node but the deepest level's);
+- o: the rest of a step (verifying, keeping the accepted path's cache, recording, choosing), the same for every
+  shape. Leaving it out would undervalue deep shapes, which pay it over more tokens.
 
-Before each step it picks, among `candidates` (no guess at all, chains, and trees), the shape with the most
-expected tokens per second, `theory.tree_tokens_per_second` (expected tokens: Sequoia's sum over nodes of the
-chance each is emitted). With one child per level and t constant this is the chain policy's Theorem 3.8. Every
-`probe_every` steps it tries the runner-up instead, so that the estimates next to its choice do not go stale.
+Exploration is kept cheap. The warm-up is two steps, a chain (1, 1, 1) and a tree (2, 2, 1): two pass sizes and
+children of rank 1, from which every other shape is extrapolated. After it, every `probe_every` steps the policy
+tries a *contender* instead of its choice: the shape predicted within `margin` of the best that it tried least
+recently, so that the estimates next to its choice stay fresh and one unlucky timing does not write a shape off
+for good. A shape predicted far worse (a big tree where passes are dear) is tried again only as the runner-up,
+every fourth probe at most, so when trees do not pay the policy settles on a chain and stays there. Timings
+forget fast (`cost_decay`), so when the cores get busier it leaves a big tree within a few dozen steps.
 """
 
 from __future__ import annotations
@@ -20,87 +44,175 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from teachspec.speculative.tree import TokenTree, TreeVerdict
-from teachspec.theory import static_tree, tree_tokens_per_second
+from teachspec.theory import static_tree, static_tree_expected_tokens
 
-CANDIDATES = ((), (1,), (1, 1), (1, 1, 1), (1, 1, 1, 1), (1,) * 6, (2,), (2, 1), (2, 2), (2, 2, 1), (3, 1, 1),
-              (2, 2, 1, 1), (3, 2, 1), (3, 2, 2, 1), (4, 2, 2, 1))
-# the first steps time passes over 1, 3, 7 and 11 nodes and see children of every rank; t(n) for the other sizes is
-# read off the line through those until a shape of that size is used
-WARMUP = ((), (1, 1), (2, 2, 1), (3, 2, 2, 1))
+CHAINS = tuple((1,) * k for k in range(1, 9))
+TREES = ((2,), (2, 1), (2, 1, 1), (2, 1, 1, 1), (2, 2), (2, 2, 1), (2, 2, 1, 1), (3, 1, 1), (3, 2, 1), (3, 2, 2, 1),
+         (4, 2, 2, 1))
+CANDIDATES = ((),) + CHAINS + TREES
+WARMUP = ((1, 1, 1), (2, 2, 1))  # passes over 4 and 11 nodes, children of rank 0 and 1
+
+
+def load(shape: tuple[int, ...]) -> tuple[int, int, int]:
+    """(nodes, draft passes, nodes the draft feeds) of a static shape, root included: a draft model grows it one
+    pass a level, each over the level above (the root's pass first; the deepest level is never fed)."""
+    nodes, level = 1, 1
+    for b in shape:
+        level *= b
+        nodes += level
+    return nodes, len(shape), (nodes - level if shape else 0)
 
 
 @dataclass
 class AdaptiveTree:
+    """Before each step `next_shape()`, the shape to draft; after it `update(...)`, what the step measured."""
+
     candidates: tuple[tuple[int, ...], ...] = CANDIDATES
-    decay: float = 0.98
-    probe_every: int = 16  # this often, try the runner-up instead of the best, so its estimates stay fresh
+    decay: float = 0.98  # acceptance counts: the text changes slowly
+    cost_decay: float = 0.95  # timings: another program can take the cores from one step to the next
+    probe_every: int = 12  # this often, try a contender instead of the best, so its estimates stay fresh
+    margin: float = 0.1  # contenders: predicted within this fraction of the best
+    prior: float = 4.0  # pseudo-observations by which each h and each size's pass time leans on its neighbours
     warmup: tuple[tuple[int, ...], ...] = WARMUP
     tried: dict[tuple[int, int], float] = field(default_factory=dict)  # (depth, rank) -> decayed tries
     accepted: dict[tuple[int, int], float] = field(default_factory=dict)
     passes: dict[int, list[float]] = field(default_factory=dict)  # nodes -> [decayed seconds, decayed count]
-    level_s: list[float] = field(default_factory=lambda: [0.0, 0.0])  # draft: [decayed seconds, decayed levels]
+    # the draft fit's decayed sums over steps of P*P, P*F, F*F, P*s, F*s (P passes, F nodes fed, s seconds)
+    draft: dict[str, float] = field(default_factory=lambda: dict.fromkeys(("pp", "pf", "ff", "ps", "fs"), 0.0))
+    overhead: list[float] = field(default_factory=lambda: [0.0, 0.0])  # [decayed seconds, decayed steps]
+    used: dict[tuple[int, ...], int] = field(default_factory=dict)  # shape -> the last step it was chosen
+    warmed: int = 0  # warm-up shapes whose step was timed
     steps: int = 0
     last: tuple[int, ...] = ()
 
     def __post_init__(self):
-        if not 0 < self.decay < 1:
-            raise ValueError(f"decay must be in (0, 1), got {self.decay!r}")
+        for name in ("decay", "cost_decay"):
+            if not 0 < getattr(self, name) < 1:
+                raise ValueError(f"{name} must be in (0, 1), got {getattr(self, name)!r}")
+        if not 0 <= self.margin < 1:
+            raise ValueError(f"margin must be in [0, 1), got {self.margin!r}")
+        if not self.prior > 0:
+            raise ValueError(f"prior must be > 0 pseudo-observations, got {self.prior!r}")
+        if not isinstance(self.probe_every, int) or self.probe_every < 1:
+            raise ValueError(f"probe_every must be an int >= 1, got {self.probe_every!r}")
         for shape in self.candidates + self.warmup:
             static_tree(shape)  # refuses a shape that is not a tuple of ints >= 1
 
+    # -- the model ---------------------------------------------------------------------------------------------
+
     def acceptance(self) -> list[list[float]]:
-        """h[d][r], each shrunk towards 1/2 by one pseudo-try, so a rarely tried child does not swing the choice."""
-        depth = 1 + max((d for d, _ in self.tried), default=0)
-        rank = 1 + max((r for _, r in self.tried), default=0)
-        return [[(self.accepted.get((d, r), 0.0) + 0.5) / (self.tried.get((d, r), 0.0) + 1) for r in range(rank)]
-                for d in range(depth)]
+        """h[d][r] for every depth and rank a candidate has, each shrunk by `prior` pseudo-tries towards a
+        neighbour's rate: a later sibling's towards its elder's squared, a first child's towards the first child's
+        one depth up (the root's first child: 1/2), as the chain policy shrinks each position towards the one
+        before. A child rarely tried borrows a rate instead of swinging the choice on two or three tries."""
+        depth = max(1, *(len(shape) for shape in self.candidates))
+        rank = max((b for shape in self.candidates for b in shape), default=1)
+        table = []
+        for d in range(depth):
+            row = []
+            for r in range(rank):
+                prior = row[-1] ** 2 if r else table[-1][0] if d else 0.5
+                row.append((self.accepted.get((d, r), 0.0) + self.prior * prior) /
+                           (self.tried.get((d, r), 0.0) + self.prior))
+            table.append(row)
+        return table
 
     def pass_s(self, n: int) -> float:
-        """Seconds of a target pass over n nodes: measured when n was used, else a line through what was."""
-        if self.passes.get(n, [0, 0])[1] > 0:
-            s, c = self.passes[n]
-            return s / c
+        """Seconds of a target pass over n nodes: the mean of the passes timed at n, shrunk towards a least-squares
+        line through every size's mean by `prior` pseudo-passes (module docstring)."""
+        return self.pass_curve()(n)
+
+    def pass_curve(self):
+        """pass_s as a function, the line fitted once."""
         pts = [(m, s / c, c) for m, (s, c) in self.passes.items() if c > 0]
         if not pts:
-            return 1.0
+            return lambda n: 1.0  # nothing timed yet: every size alike
         w = sum(c for *_, c in pts)
         mn, mt = sum(m * c for m, _, c in pts) / w, sum(t * c for _, t, c in pts) / w
         var = sum(c * (m - mn) ** 2 for m, _, c in pts)
         slope = max(0.0, sum(c * (m - mn) * (t - mt) for m, t, c in pts) / var) if var > 0 else 0.0
-        return max(1e-9, mt + slope * (n - mn))
+
+        def pass_s(n: int) -> float:
+            s, c = self.passes.get(n, [0.0, 0.0])
+            return (s + self.prior * max(1e-9, mt + slope * (n - mn))) / (c + self.prior)
+        return pass_s
+
+    def draft_cost(self) -> tuple[float, float]:
+        """(a, b): seconds per draft pass and per node fed, the least-squares fit of s ~ a P + b F. While the steps
+        measured cannot tell the two apart (a chain feeds one node a pass: F = P), or the fit gives a negative
+        term, it is seconds per pass alone."""
+        pp, pf, ff, ps, fs = (self.draft[key] for key in ("pp", "pf", "ff", "ps", "fs"))
+        det = pp * ff - pf * pf  # the normal equations' determinant
+        if det > 1e-6 * pp * ff:
+            a, b = (ps * ff - fs * pf) / det, (fs * pp - ps * pf) / det
+            if a >= 0 and b >= 0:
+                return a, b
+        return (ps / pp if pp > 0 else 0.0), 0.0
+
+    def rates(self, shapes=None) -> dict[tuple[int, ...], float]:
+        """Expected tokens per second of each of `shapes` (the candidates by default),
+        E / (overhead + a passes + b fed + t(n)), every estimate read once."""
+        table, (a, b), pass_s = self.acceptance(), self.draft_cost(), self.pass_curve()
+        o = self.overhead[0] / self.overhead[1] if self.overhead[1] else 0.0
+        out = {}
+        for shape in self.candidates if shapes is None else shapes:
+            nodes, passes, fed = load(shape)
+            out[shape] = static_tree_expected_tokens(shape, table) / (o + a * passes + b * fed + pass_s(nodes))
+        return out
 
     def tokens_per_s(self, shape: tuple[int, ...]) -> float:
-        per_level = self.level_s[0] / self.level_s[1] if self.level_s[1] else 0.0
-        return tree_tokens_per_second(static_tree(shape), self.acceptance(), self.pass_s, per_level * len(shape))
+        return self.rates([shape])[shape]
+
+    # -- choosing and measuring --------------------------------------------------------------------------------
 
     def next_shape(self) -> tuple[int, ...]:
-        if self.steps < len(self.warmup):
-            shape = self.warmup[self.steps]
+        """The warm-up shapes until each has a timed pass, then the best shape or, every `probe_every` steps, the
+        contender tried least recently (the runner-up every fourth probe when no shape is close)."""
+        if self.warmed < len(self.warmup):
+            shape = self.warmup[self.warmed]
         else:
-            ranked = sorted(self.candidates, key=self.tokens_per_s, reverse=True)
-            shape = ranked[1] if self.steps % self.probe_every == 0 and len(ranked) > 1 else ranked[0]
+            rates = self.rates()
+            ranked = sorted(self.candidates, key=rates.get, reverse=True)
+            shape = ranked[0]
+            if self.steps % self.probe_every == 0 and len(ranked) > 1:
+                close = [s for s in ranked[1:] if rates[s] >= (1 - self.margin) * rates[shape]]
+                if close:
+                    shape = min(close, key=lambda s: self.used.get(s, -1))  # ties: the better predicted
+                elif self.steps % (4 * self.probe_every) == 0:
+                    shape = ranked[1]
+        self.used[shape] = self.steps
         self.last = shape
         return shape
 
-    def update(self, tree: TokenTree, verdict: TreeVerdict, levels: int, draft_s: float,
-               target_s: float | None) -> None:
-        """What one step measured: its child verifications, its draft levels and, unless the pass also read the
-        prompt (`target_s` None), the pass over its nodes."""
-        d = self.decay
+    def update(self, tree: TokenTree, verdict: TreeVerdict, passes: int, draft_s: float,
+               target_s: float | None, step_s: float | None = None) -> None:
+        """What one step measured: its child verifications, its drafting (`passes` draft passes over every node
+        above the deepest level, in `draft_s` seconds) and, unless the pass also read the prompt (`target_s`
+        None), the target pass over its nodes and the whole step's `step_s` seconds, if given."""
+        d, e = self.decay, self.cost_decay
         self.steps += 1
-        for table in (self.tried, self.accepted):
+        for table, w in ((self.tried, d), (self.accepted, d), (self.draft, e)):
             for key in table:
-                table[key] *= d
-        for v in self.passes.values():
-            v[0], v[1] = d * v[0], d * v[1]
-        self.level_s = [d * self.level_s[0] + draft_s, d * self.level_s[1] + levels]
+                table[key] *= w
+        for v in [*self.passes.values(), self.overhead]:
+            v[0], v[1] = e * v[0], e * v[1]
         for node in verdict.nodes:
             key = (node.depth - 1, tree.children[node.parent].index(node.node))
             self.tried[key] = self.tried.get(key, 0.0) + 1
             self.accepted[key] = self.accepted.get(key, 0.0) + (node.decision == "accept")
+        deepest = max(tree.depth)
+        fed = sum(1 for depth in tree.depth if depth < deepest) if passes else 0
+        for key, x, y in (("pp", passes, passes), ("pf", passes, fed), ("ff", fed, fed), ("ps", passes, draft_s),
+                          ("fs", fed, draft_s)):
+            self.draft[key] += x * y
         if target_s is not None:
             s, c = self.passes.get(len(tree.tokens), [0.0, 0.0])
             self.passes[len(tree.tokens)] = [s + target_s, c + 1]
+            if step_s is not None:
+                self.overhead[0] += max(0.0, step_s - draft_s - target_s)
+                self.overhead[1] += 1
+            if self.warmed < len(self.warmup) and self.last == self.warmup[self.warmed]:
+                self.warmed += 1
 
     def __repr__(self) -> str:
         return f"AdaptiveTree(tree={self.last})"

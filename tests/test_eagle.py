@@ -1,0 +1,139 @@
+"""The EAGLE head: shipped small, loaded only for its own target, drafting from exactly the target's features
+(checked against a fresh computation after every step), greedy output identical to plain decoding for chains and
+trees with and without a warm radix cache, and sampled output distributed as the target's."""
+
+import json
+
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from teachspec import Engine, kv, load_pair
+from teachspec.models.eagle import EagleHead, head_config, load_head, save_head
+from teachspec.models.pair import BUNDLED
+from teachspec.request import Request
+from teachspec.sampling import SamplingParams, warp
+from teachspec.speculative.policies import make_policy
+from teachspec.stopping import StopRule
+
+HEAD = BUNDLED["tiny"] / "eagle"
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return load_pair("tiny")
+
+
+def test_the_bundled_head_is_small_loads_with_the_pair_and_its_card_reports_training(pair):
+    assert (HEAD / "model.safetensors").stat().st_size <= 5 * 2**20
+    assert isinstance(pair.eagle, EagleHead)
+    card = json.loads((HEAD / "config.json").read_text())["eagle"]
+    assert card["minutes"] > 0 and card["tokens"] > 0
+    assert 0.5 < card["greedy_agreement"][0] <= 1  # a trained head, not random weights (1 / 4096 by chance)
+
+
+def test_a_head_is_refused_by_a_target_of_another_width(tmp_path, pair):
+    from conftest import build_model
+    other = build_model("llama", hidden=64)
+    save_head(EagleHead(head_config(other)), tmp_path / "head")
+    with pytest.raises(ValueError, match=r"reads features of width 64, but the target's hidden size is 384"):
+        load_head(tmp_path / "head", pair.target)
+    with pytest.raises(FileNotFoundError, match=r"eagle='.*nothing': no EAGLE head there"):
+        load_pair("tiny", eagle=tmp_path / "nothing")
+
+
+def test_saving_and_loading_a_head_keeps_its_function(tmp_path, pair):
+    head = EagleHead(head_config(pair.target))
+    save_head(head, tmp_path / "head", {"minutes": 1.0})
+    again = load_head(tmp_path / "head", pair.target)
+    f, e = torch.randn(1, 5, 384), torch.randn(1, 5, 384)
+    pos = torch.arange(1, 6)[None]
+    with torch.no_grad():  # weights are stored in float16: the same function up to that rounding
+        assert torch.allclose(head.half().float()(f, e, pos), again(f, e, pos), atol=1e-4)
+
+
+def fresh_features(pair, ids: list[int]) -> torch.Tensor:
+    """The target's last hidden state at every position of `ids`, computed from scratch."""
+    return kv.forward(pair.target, ids, kv.new_cache(pair.target), 1, pair.vocab_size, features=True)[1]
+
+
+@pytest.mark.parametrize("tree", [None, (2, 2), "dynamic"])
+def test_after_every_step_the_head_holds_entries_built_from_the_targets_real_features(pair, tree):
+    """Between steps the drafter holds the target's features of exactly the committed positions, and its cache
+    equals a fresh run of the head over them: a guessed entry never survives a step, even an accepted one."""
+    engine = Engine(pair, cache_tokens=0)
+    prompt = pair.encode("def parse(path):\n    with open(path) as f:")
+    r = Request(engine.next_id(), prompt, 40, SamplingParams(temperature=1.0), StopRule(), engine.drafter("eagle"),
+                make_policy(4), torch.Generator().manual_seed(0), tree=tree)
+    drafted = 0
+    with engine.running(r):
+        while not r.done:
+            engine.step(r)
+            d = r.drafter
+            f = fresh_features(pair, r.ids)
+            assert d.first == 0 and len(d.features) == len(r.ids) - 1
+            assert torch.allclose(d.features, f[:-1], atol=1e-4)
+            n = kv.length(d.cache)
+            drafted += n > 0
+            if n:  # entries start .. start + n - 1 read f_{start - 1} .. and tokens x_start ..
+                cache = kv.new_cache(d.head.layers)
+                ids = torch.tensor([r.ids[d.start:d.start + n]])
+                pos = torch.arange(d.start, d.start + n)[None]
+                d.head(f[None, d.start - 1:d.start - 1 + n], d.embed(ids), pos, cache=cache)
+                assert torch.allclose(d.cache.layers[0].keys, cache.layers[0].keys, atol=1e-4)
+    assert drafted >= 3 and r.stats.accepted > 0
+
+
+@pytest.mark.parametrize("options", [dict(k=1), dict(k=4), dict(k="adaptive"), dict(tree=(2, 2)),
+                                     dict(tree=(3, 2, 1)), dict(tree=(1, 1, 1, 1)), dict(tree="dynamic"),
+                                     dict(tree="adaptive")])
+def test_greedy_eagle_is_plain_decoding_token_for_token_cold_and_warm(pair, options):
+    cold, warm = Engine(pair, cache_tokens=0), Engine(pair)
+    prompts = ['The "with" statement', 'The "with" statement is used to wrap', "Return a new dictionary"]
+    for prompt in prompts:
+        plain = cold.generate(prompt, 48, speculate=None)
+        assert cold.generate(prompt, 48, speculate="eagle", **options).tokens == plain.tokens
+        assert warm.generate(prompt, 48, speculate="eagle", **options).tokens == plain.tokens
+    assert warm.generate(prompts[1], 48, speculate="eagle", **options).stats.cached_tokens > 0
+    assert sum(e.kind in ("draft", "tree_draft") and e.drafter == "eagle" for e in cold.events) >= 10
+
+
+def target_law(pair, prompt: list[int], params: SamplingParams, m: int) -> dict[tuple, float]:
+    """The exact law of the target's next m tokens under `params`, by enumeration."""
+    law = {(): 1.0}
+    for _ in range(m):
+        grown = {}
+        for seq, pr in law.items():
+            p = warp(kv.forward(pair.target, prompt + list(seq), kv.new_cache(pair.target), 1, pair.vocab_size),
+                     params)[0].double()
+            for x in p.nonzero().flatten().tolist():
+                grown[seq + (x,)] = pr * float(p[x])
+        law = grown
+    total = sum(law.values())
+    return {o: v / total for o, v in law.items()}
+
+
+@pytest.mark.parametrize("options", [dict(k=2), dict(tree=(2, 2))])
+def test_sampled_eagle_output_is_the_targets_law(pair, options):
+    """Four tokens at temperature 1, top-k 2 (16 outcomes): the first step is plain (no features yet), the next
+    ones draft from the head; a chi-square test against the target's exact law."""
+    prompt = pair.encode("def parse(path):\n    with open(path) as f:")
+    law = target_law(pair, prompt, SamplingParams(temperature=1.0, top_k=2), 4)
+    engine, n = Engine(pair, cache_tokens=0), 1200
+    counts = dict.fromkeys(law, 0)
+    for seed in range(n):
+        counts[tuple(engine.generate(prompt, 4, temperature=1.0, top_k=2, speculate="eagle", seed=seed,
+                                     **options).tokens)] += 1
+    assert sum(e.kind in ("draft", "tree_draft") for e in engine.events) >= n  # the head really drafted
+    outcomes = sorted(law, key=law.get, reverse=True)
+    keep = [o for o in outcomes if n * law[o] >= 5]
+    rest = [o for o in outcomes if o not in keep]
+    obs = [counts[o] for o in keep] + ([sum(counts[o] for o in rest)] if rest else [])
+    exp = [n * law[o] for o in keep] + ([n * sum(law[o] for o in rest)] if rest else [])
+    assert chisquare(obs, exp).pvalue > 1e-3
+
+
+def test_a_pair_without_a_head_refuses_eagle_by_name(pair):
+    bare = load_pair(target=pair.target, draft=pair.draft, tokenizer=pair.tokenizer)
+    with pytest.raises(ValueError, match=r"speculate='eagle' needs an EAGLE head trained for this target"):
+        Engine(bare).generate("x", 4, speculate="eagle")
