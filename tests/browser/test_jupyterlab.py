@@ -34,6 +34,18 @@ pytestmark = [
 ]
 
 
+def run_all_cells(page, address: str) -> None:
+    """Open a notebook in JupyterLab at `address` and run all its cells once its kernel is up."""
+    page.goto(address)
+    page.wait_for_function("window.jupyterapp?.shell?.currentWidget?.sessionContext", timeout=120_000)
+    page.evaluate("""async () => {
+        const nb = window.jupyterapp.shell.currentWidget;
+        await nb.context.ready;
+        await nb.sessionContext.ready;
+        window.jupyterapp.commands.execute('notebook:run-all-cells');
+    }""")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -109,14 +121,7 @@ def test_views_render_live_replay_and_play_without_a_kernel(lab, shots):
         page = browser.new_page(viewport={"width": 1280, "height": 1000})
         errors: list[str] = []
         page.on("pageerror", lambda e: errors.append(str(e)))
-        page.goto(f"{url}/lab/tree/live_views.ipynb?token={token}")
-        page.wait_for_function("window.jupyterapp?.shell?.currentWidget?.sessionContext", timeout=120_000)
-        page.evaluate("""async () => {
-            const nb = window.jupyterapp.shell.currentWidget;
-            await nb.context.ready;
-            await nb.sessionContext.ready;
-            window.jupyterapp.commands.execute('notebook:run-all-cells');
-        }""")
+        run_all_cells(page, f"{url}/lab/tree/live_views.ipynb?token={token}")
 
         # live: sample the views while the generation cell runs; they must grow in several steps
         spec, tree = page.locator(".ts-spec").first, page.locator(".ts-radix").first

@@ -19,7 +19,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from test_jupyterlab import CHROMIUM, FLAGS, lab, shots  # noqa: F401 (lab and shots are fixtures)
+from test_jupyterlab import CHROMIUM, FLAGS, run_all_cells, lab, shots  # noqa: F401 (lab and shots are fixtures)
 from test_offline import offline_page
 from teachspec.engine import Engine
 from teachspec.events import Accept, EventLog, Reject, TreeDraft
@@ -167,14 +167,7 @@ def test_in_jupyterlab_the_view_renders_and_its_step_buttons_work(trace, lab, tm
         page = browser.new_page(viewport=VIEWPORT)
         errors: list[str] = []
         page.on("pageerror", lambda e: errors.append(str(e)))
-        page.goto(f"{url}/lab/tree/trees.ipynb?reset&token={token}")  # reset: no restored workspace
-        page.wait_for_function("window.jupyterapp?.shell?.currentWidget?.sessionContext", timeout=120_000)
-        page.evaluate("""async () => {
-            const nb = window.jupyterapp.shell.currentWidget;
-            await nb.context.ready;
-            await nb.sessionContext.ready;
-            window.jupyterapp.commands.execute('notebook:run-all-cells');
-        }""")
+        run_all_cells(page, f"{url}/lab/tree/trees.ipynb?reset&token={token}")  # reset: no restored workspace
         view = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .ts-token-tree").first
         view.locator("g[data-node]").first.wait_for(timeout=180_000)
         start = time.monotonic()

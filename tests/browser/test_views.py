@@ -26,7 +26,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from test_jupyterlab import CHROMIUM, FLAGS, HERE, ROOT, lab  # noqa: F401 (lab is a fixture)
+from test_jupyterlab import CHROMIUM, FLAGS, run_all_cells, HERE, ROOT, lab  # noqa: F401 (lab is a fixture)
 from test_offline import offline_page
 from teachspec.widgets.export import export_html
 
@@ -252,14 +252,7 @@ def test_in_jupyterlab_the_views_keep_the_focus_in_view_and_move_together(lab, t
         page = browser.new_page(viewport=VIEWPORT)
         errors: list[str] = []
         page.on("pageerror", lambda e: errors.append(str(e)))
-        page.goto(f"{url}/lab/tree/linked.ipynb?reset&token={token}")  # reset: no restored workspace
-        page.wait_for_function("window.jupyterapp?.shell?.currentWidget?.sessionContext", timeout=120_000)
-        page.evaluate("""async () => {
-            const nb = window.jupyterapp.shell.currentWidget;
-            await nb.context.ready;
-            await nb.sessionContext.ready;
-            window.jupyterapp.commands.execute('notebook:run-all-cells');
-        }""")
+        run_all_cells(page, f"{url}/lab/tree/linked.ipynb?reset&token={token}")  # reset: no restored workspace
         shown = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")  # a restored workspace may open others
         spec, tree = shown.locator(".ts-spec").first, shown.locator(".ts-radix").first
         spec.locator(".ts-text [data-token-index]").first.wait_for(timeout=180_000)
