@@ -166,7 +166,8 @@ def write_card(root: Path, card: dict) -> None:
         f"target's own text written in {e['self_written_minutes']:.0f} min), with EAGLE's feature regression plus "
         "KL(p || q), over two passes (the second reads its own guessed features: EAGLE-3's training-time test).",
         "",
-        f"- Greedy alpha through the engine, same prompts: **{card['eagle']['greedy_alpha_k1']:.3f}** for a first "
+        f"- Greedy alpha through the engine, on the first 16 of these prompts: "
+        f"**{card['eagle']['greedy_alpha_k1']:.3f}** for a first "
         f"guess (k = 1), {card['eagle']['greedy_alpha_k4']:.3f} per judged guess at k = 4.",
         f"- Cost ratio c = head pass / target step = "
         f"{card['eagle']['step_ms'] / card['step_ms']['target']:.2f} ({card['eagle']['step_ms']:.2f} ms).",
