@@ -88,7 +88,7 @@ BAD = [
     (("generate", "x", "--stop", ""), "argument --stop: is empty", False),
     (("generate", "x", "--pair", "huge"), "argument --pair: 'huge' is not a bundled pair", False),
     (("generate", "x", "--device", "tpu"), "argument --device: 'tpu' is not a device name", False),
-    (("demo", "--speculate", "psychic"), "argument --speculate: 'psychic' is not one of model, ngram", False),
+    (("demo", "--speculate", "psychic"), "argument --speculate: 'psychic' is not one of model, eagle, ngram", False),
     (("demo", "--k", "-2"), "argument --k: must be a whole number >= 0 or one of adaptive", False),
     (("bench", "speculative", "--prompts", "0"), "argument --prompts: must be >= 1, got 0", False),
     (("bench", "speculative", "--json", "/no/such/folder/out.json"), "the folder of '/no/such/folder/out.json' "
