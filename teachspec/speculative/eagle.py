@@ -96,7 +96,7 @@ class EagleDrafter:
             kv.crop_to(self.cache, self.real)
 
     def keep_path(self, n_before: int, path: list[int]) -> None:
-        kv.crop_to(self.cache, self.real)  # every tree node read a guessed feature: none is kept
+        pass  # every tree node read a guessed feature: the engine's `roll_back` next drops them all
 
     def choose(self, q: torch.Tensor, params: SamplingParams, generator) -> int:
         return int(q.argmax()) if params.greedy else int(sample(q, generator))

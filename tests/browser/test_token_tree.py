@@ -16,10 +16,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import nbformat
 import pytest
 
-from test_jupyterlab import CHROMIUM, FLAGS, run_all_cells, lab, shots  # noqa: F401 (lab and shots are fixtures)
+from test_jupyterlab import CHROMIUM, FLAGS, run_all_cells, write_notebook, lab, shots  # noqa: F401 (lab and shots are fixtures)
 from test_offline import offline_page
 from teachspec.engine import Engine
 from teachspec.events import Accept, EventLog, Reject, TreeDraft
@@ -156,12 +155,10 @@ def test_the_exported_page_draws_each_tree_and_steps_through_them(trace, tmp_pat
 
 def test_in_jupyterlab_the_view_renders_and_its_step_buttons_work(trace, lab, tmp_path, shots):
     url, token = lab
-    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
-        "from teachspec.events import EventLog\n"
-        "from teachspec.widgets import TokenTreeView\n"
-        f"TokenTreeView(EventLog.load({str(trace)!r}), pair='tiny')")])
-    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbformat.write(notebook, tmp_path / "lab" / "trees.ipynb")
+    write_notebook(tmp_path / "lab" / "trees.ipynb",
+                   "from teachspec.events import EventLog\n"
+                   "from teachspec.widgets import TokenTreeView\n"
+                   f"TokenTreeView(EventLog.load({str(trace)!r}), pair='tiny')")
     with sync_api().sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
         page = browser.new_page(viewport=VIEWPORT)

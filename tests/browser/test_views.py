@@ -23,10 +23,9 @@ import os
 import time
 from pathlib import Path
 
-import nbformat
 import pytest
 
-from test_jupyterlab import CHROMIUM, FLAGS, run_all_cells, HERE, ROOT, lab  # noqa: F401 (lab is a fixture)
+from test_jupyterlab import CHROMIUM, FLAGS, run_all_cells, write_notebook, HERE, ROOT, lab  # noqa: F401 (lab is a fixture)
 from test_offline import offline_page
 from teachspec.widgets.export import export_html
 
@@ -240,13 +239,11 @@ def test_each_view_looks_like_its_reference(page_file, name, tmp_path):
 
 def test_in_jupyterlab_the_views_keep_the_focus_in_view_and_move_together(lab, tmp_path):
     url, token = lab
-    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
-        "import ipywidgets as w\n"
-        "from teachspec.widgets.export import views_of\n"
-        f"spec, tree = views_of({str(TRACE)!r}, pair='tiny')\n"
-        "w.VBox([spec, tree])")])
-    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbformat.write(notebook, tmp_path / "lab" / "linked.ipynb")
+    write_notebook(tmp_path / "lab" / "linked.ipynb",
+                   "import ipywidgets as w\n"
+                   "from teachspec.widgets.export import views_of\n"
+                   f"spec, tree = views_of({str(TRACE)!r}, pair='tiny')\n"
+                   "w.VBox([spec, tree])")
     with sync_api().sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
         page = browser.new_page(viewport=VIEWPORT)
