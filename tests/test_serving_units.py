@@ -1,0 +1,260 @@
+"""teachspec.serving without a server: the block tree, the KV-event decoder, the metrics, and the watcher against
+real sockets (a ZMQ publisher and an HTTP /metrics of the test's own) that misbehave on purpose.
+
+The same code against a real vLLM server is tests/test_vllm.py."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+import time
+import warnings
+
+import msgpack
+import pytest
+import zmq
+
+from teachspec.events import Counters, EventLog, Evict, Insert
+from teachspec.serving import BlockTree, EventStreamError, MetricsError, ServerError, Watcher, metrics
+from teachspec.serving.watch import decode
+from teachspec.stats import Stats
+from teachspec.widgets import RadixTreeView
+
+B = 4  # block size of the hand-made streams
+
+
+def held(view: RadixTreeView) -> set[int]:
+    """The blocks a view draws as cached now: every node but the root and the one fading out."""
+    return {i["id"] for i in view.snapshot().items.values() if i.get("id") and i["mark"] != "evicted"}
+
+
+def blocks(*runs):
+    return [t for run in runs for t in run]
+
+
+def test_stored_blocks_are_a_chain_of_pages_under_their_parent():
+    tree = BlockTree()
+    tree.stored([b"a", b"b"], None, blocks([1, 2, 3, 4], [5, 6, 7, 8]), B)
+    tree.stored([b"c"], b"a", [9, 9, 9, 9], B)         # shares block a, parts at block 2
+    tree.stored([b"a"], None, [1, 2, 3, 4], B)         # stored again by another request: nothing new
+    assert sorted(tree.sequences()) == [[1, 2, 3, 4, 5, 6, 7, 8], [1, 2, 3, 4, 9, 9, 9, 9]]
+    inserts = tree.log.of(Insert)
+    assert [(e.node, e.parent, e.tokens, e.cached, e.ids) for e in inserts] == [
+        (1, 0, 4, 0, [1, 2, 3, 4]), (2, 1, 4, 4, [5, 6, 7, 8]), (3, 1, 4, 4, [9, 9, 9, 9])]
+    assert tree.cached_prefix([1, 2, 3, 4, 9, 9, 9, 9, 1], B) == 8
+    assert tree.cached_prefix([1, 2, 3, 4, 9, 9, 9], B) == 4   # the partial block is never a hit
+    assert tree.cached_prefix([1, 2, 3, 5, 5, 6, 7, 8], B) == 0  # differs mid-block: nothing of it is shared
+
+
+def test_a_removed_block_takes_what_hangs_from_it_leaves_first_and_the_view_follows():
+    tree = BlockTree()
+    tree.stored([1, 2, 3], None, blocks([1] * 4, [2] * 4, [3] * 4), B)
+    tree.stored([4], 1, [4] * 4, B)
+    tree.removed([1])                                  # vLLM dropped a block with descendants: all unreachable
+    assert len(tree) == 0 and tree.sequences() == []
+    evicted = [e.node for e in tree.log.of(Evict)]
+    assert evicted.index(3) < evicted.index(2) < evicted.index(1) and evicted.index(4) < evicted.index(1)
+    tree.removed([2, 3])                               # their own BlockRemoved, later: ignored
+    assert len(tree.log.of(Evict)) == 4
+    assert held(RadixTreeView(tree.log)) == set()     # leaves-first order is what a view can replay
+
+
+def test_cleared_and_orphans():
+    tree = BlockTree()
+    tree.stored([7], 99, [5] * 4, B)                   # parent never seen: hangs from the root, counted
+    assert tree.orphans == 1 and tree.sequences() == [[5] * 4]
+    tree.stored([8], None, [6] * 4, B)
+    tree.cleared()
+    assert len(tree) == 0 and len(tree.log.of(Evict)) == 2
+
+
+def test_a_stored_block_must_be_full():
+    with pytest.raises(ValueError, match="always full"):
+        BlockTree().stored([1], None, [1, 2, 3], B)
+
+
+def frames(seq: int, events: list) -> list[bytes]:
+    return [b"", seq.to_bytes(8, "big"), msgpack.packb([time.time(), events, 0])]
+
+
+def test_decode_reads_tagged_maps_and_the_older_arrays():
+    stored = {"type": "BlockStored", "block_hashes": [b"\x01" * 32], "parent_block_hash": None,
+              "token_ids": [1, 2, 3, 4], "block_size": 4, "lora_id": None, "medium": "GPU"}
+    seq, events = decode(frames(5, [stored, {"type": "BlockRemoved", "block_hashes": [3], "medium": None},
+                                    ["AllBlocksCleared"], ["BlockRemoved", [4], None]]))
+    assert seq == 5
+    assert [k for k, _ in events] == ["BlockStored", "BlockRemoved", "AllBlocksCleared", "BlockRemoved"]
+    assert events[0][1]["token_ids"] == [1, 2, 3, 4] and events[3][1] == {"block_hashes": [4]}
+
+
+@pytest.mark.parametrize("bad", [
+    [b"only one frame"],
+    [b"", b"\x00" * 8, b"\xc1\xc1 not msgpack"],
+    [b"", b"\x00" * 8, msgpack.packb({"a": 1})],
+    [b"", b"\x00" * 8, msgpack.packb([0.0, [{"type": "BlockStored", "block_hashes": [1]}]])],
+    [b"", b"\x00" * 8, msgpack.packb([0.0, [{"type": "Something"}]])],
+])
+def test_garbage_is_an_event_stream_error(bad):
+    with pytest.raises(EventStreamError, match="KV-event socket|batch 0"):
+        decode(bad)
+
+
+METRICS = """# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
+# TYPE vllm:spec_decode_num_drafts_total counter
+vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 10.0
+vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="m"} 30.0
+vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="m"} 17.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="0"} 8.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="1"} 6.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="2"} 3.0
+vllm:prefix_cache_queries_total{engine="0",model_name="m"} 100.0
+vllm:prefix_cache_hits_total{engine="0",model_name="m"} 64.0
+vllm:request_success_total{engine="0",finished_reason="length",model_name="m"} 2.0
+vllm:request_success_total{engine="0",finished_reason="stop",model_name="m"} 1.0
+"""
+
+
+def test_counters_become_the_numbers_the_engine_reports():
+    c = metrics.counters(metrics.parse(METRICS))
+    assert c == dict(drafts=10, draft_tokens=30, accepted=17, accepted_per_position=[8, 6, 3], prefix_queries=100,
+                     prefix_hits=64, requests=3)
+    s = metrics.stats(c)
+    # the same steps counted by Stats.add_step: 2 drafts accepted nothing, 2 one, 3 two, 3 all three
+    ref = Stats()
+    for accepted, n in ((0, 2), (1, 2), (2, 3), (3, 3)):
+        for _ in range(n):
+            ref.add_step(3, accepted, accepted + 1, 0.0)
+            ref.new_tokens += accepted + 1
+    assert (s.alpha, s.acceptance_per_position, s.tokens_per_target_pass, s.mean_acceptance_length) == \
+           (ref.alpha, ref.acceptance_per_position, ref.tokens_per_target_pass, ref.mean_acceptance_length)
+    assert s.alpha == 17 / (10 + 8 + 6)                # accepted / judged, above vLLM's 17 / 30
+    later = dict(c, drafts=12, accepted=19, accepted_per_position=[9, 7, 3, 0])
+    assert metrics.difference(later, c)["accepted_per_position"] == [1, 1, 0, 0]
+
+
+@pytest.mark.parametrize("text", ["vllm:x{a=\"1\"} not-a-number", "{{{ garbage"])
+def test_metrics_that_are_not_prometheus_text_are_refused(text):
+    with pytest.raises(MetricsError, match="line 1"):
+        metrics.parse(text)
+
+
+# -- the watcher against sockets that misbehave -------------------------------------------------------------------
+
+class Metrics(http.server.BaseHTTPRequestHandler):
+    body = METRICS
+
+    def do_GET(self):
+        data = self.body.encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def fake_server(tmp_path):
+    """A /metrics on 127.0.0.1 and a ZMQ publisher bound to a socket file: a server's two faces, made by hand."""
+    http_server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
+    threading.Thread(target=http_server.serve_forever, daemon=True).start()
+    ctx = zmq.Context()
+    pub = ctx.socket(zmq.PUB)
+    endpoint = f"ipc://{tmp_path}/kv"
+    pub.bind(endpoint)
+    yield f"http://127.0.0.1:{http_server.server_address[1]}", endpoint, pub, http_server
+    pub.close(0)
+    ctx.term()
+    http_server.shutdown()
+    http_server.server_close()
+
+
+def store(seq: int, h: int, parent, tokens) -> list[bytes]:
+    return frames(seq, [{"type": "BlockStored", "block_hashes": [h], "parent_block_hash": parent,
+                         "token_ids": tokens, "block_size": B, "lora_id": None, "medium": None}])
+
+
+def wait_for(condition, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert condition()
+
+
+def test_the_watcher_follows_blocks_and_counters_and_counts_a_gap(fake_server):
+    url, endpoint, pub, _ = fake_server
+    with Watcher(url, endpoint, interval=0.1) as w:
+        pub.send_multipart(store(0, 1, None, [1, 2, 3, 4]))
+        pub.send_multipart(store(3, 2, 1, [5, 6, 7, 8]))   # batches 1 and 2 were lost
+        wait_for(lambda: len(w.tree) == 2)
+        w.settle(quiet=0.2)
+    assert w.missed == 2 and w.error is None
+    assert w.counters.accepted_per_position == [8, 6, 3] and len(w.log.of(Counters)) == 1  # emitted on change only
+    assert w.tree.sequences() == [[1, 2, 3, 4, 5, 6, 7, 8]]
+
+
+def test_garbage_on_the_socket_stops_the_watcher_with_one_message_and_the_log_intact(fake_server):
+    url, endpoint, pub, _ = fake_server
+    w = Watcher(url, endpoint, interval=0.1).start()
+    try:
+        pub.send_multipart(store(0, 1, None, [1, 2, 3, 4]))
+        wait_for(lambda: len(w.tree) == 1)
+        kept = len(w.log)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            pub.send_multipart([b"", b"\x00" * 7 + b"\x01", b"\xc1 garbage"])
+            wait_for(lambda: w.error is not None)
+        assert [str(c.message) for c in caught] == [str(w.error)]
+        assert "batch 1" in str(w.error) and "not msgpack" in str(w.error)
+        with pytest.raises(EventStreamError):
+            w.settle()
+        assert len(w.log) == kept and held(RadixTreeView(w.log)) == {1}
+    finally:
+        w.stop()
+
+
+def test_a_server_that_stops_answering_is_said_once_and_the_log_kept(fake_server):
+    url, endpoint, pub, http_server = fake_server
+    w = Watcher(url, endpoint, interval=0.1).start()
+    try:
+        pub.send_multipart(store(0, 1, None, [1, 2, 3, 4]))
+        wait_for(lambda: len(w.tree) == 1)
+        kept = len(w.log)
+        with warnings.catch_warnings(record=True):
+            warnings.simplefilter("always")
+            http_server.shutdown()
+            http_server.server_close()
+            wait_for(lambda: w.error is not None)
+        assert url in str(w.error) and "stopped answering" in str(w.error)
+        assert len(w.log) == kept
+    finally:
+        w.stop()
+
+
+def test_nothing_there_is_refused_at_start(tmp_path):
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    w = Watcher(f"http://127.0.0.1:{port}", f"ipc://{tmp_path}/none")
+    with pytest.raises(ServerError, match=f"cannot watch http://127.0.0.1:{port}: nothing answers"):
+        w.start()
+    assert len(w.log) == 0 and w._thread is None
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(server=5), "server must be"),
+    (dict(server="http://127.0.0.1:1", events_endpoint="udp://x"), "events_endpoint must be"),
+])
+def test_bad_arguments_name_themselves(kwargs, match):
+    with pytest.raises((TypeError, ValueError), match=match):
+        Watcher(**kwargs)
+
+
+def test_counters_are_a_documented_event_that_a_trace_keeps(tmp_path):
+    log = EventLog()
+    log.emit(Counters, source="http://x", drafts=1, draft_tokens=3, accepted=2, accepted_per_position=[1, 1, 0],
+             prefix_queries=4, prefix_hits=0, requests=1)
+    again = EventLog.load(log.save(tmp_path / "t.jsonl"))
+    assert again.events[0] == log.events[0]
