@@ -5,6 +5,8 @@
     teachspec bench speculative --json out.json      # speedups measured side by side
     teachspec bench program                          # structured programs, radix cache on vs off
     teachspec bench contention                       # decoding next to busy processes, with and without the policy
+    teachspec bench serving                          # teachspec and vLLM on the same pair, side by side
+    teachspec serve --speculate model                # vLLM's server on the bundled pair, until Ctrl-C
     teachspec course my-course                       # the notebooks, assignments and traces, ready to open
     teachspec student assignments/a1_acceptance_rule.ipynb   # the student version of an assignment
     teachspec traces                                 # re-record the traces the notebooks replay
@@ -91,6 +93,14 @@ def speculation(*allowed: str):
             raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(allowed)}")
         return None if text == "none" else text
     return parse
+
+
+def served_pair(text: str) -> str:
+    """A pair vLLM can be started on: a bundled one, or a folder holding target/config.json (and draft/)."""
+    if text in ("tiny",) or (Path(text) / "target" / "config.json").is_file():
+        return text
+    raise argparse.ArgumentTypeError(f"{text!r} is neither tiny (the bundled pair) nor a folder holding "
+                                     f"target/config.json")
 
 
 def device_name(text: str) -> str:
@@ -269,6 +279,61 @@ def cmd_bench_contention(args) -> None:
     save_json(result, args.json)
 
 
+def cmd_bench_serving(args) -> None:
+    from teachspec.bench import serving
+    from teachspec.workloads import docs_completion
+
+    from teachspec.device import set_threads
+    from teachspec.models import load_pair
+    from teachspec.serving import vllm_python
+
+    with server_errors(args):
+        vllm_python()  # vLLM missing: say how to install it before anything loads
+        if args.threads is not None:
+            set_threads(args.threads)
+        pair = load_pair(args.pair)
+        work = docs_completion(n_prompts=args.prompts + max(args.concurrency), max_new_tokens=args.new_tokens)
+        ids = [pair.encode(r.prompt) for r in work.requests]
+        result = serving.bench(pair, ids[:args.prompts], ids[args.prompts:], n=args.new_tokens,
+                               concurrency=tuple(args.concurrency))
+    print(serving.markdown(result))
+    save_json(result, args.json)
+
+
+def cmd_serve(args) -> None:
+    import time
+
+    from teachspec.serving import start_vllm, vllm_python
+
+    with server_errors(args):
+        vllm_python()  # vLLM missing: say so, and how to install it, before anything starts
+        print(f"starting vLLM on {args.pair} (speculate={args.speculate or 'none'}, k={args.k}); about 30 s on 2 "
+              f"CPUs ...", flush=True)
+        with start_vllm(args.pair, speculate=args.speculate, k=args.k, port=args.port, kv_blocks=args.kv_blocks) as server:
+            print(f"serving {server.model}\n  url        {server.url}  (/v1/completions, /metrics)\n  kv events  "
+                  f"{server.events_endpoint}\n  pid        {server.pid}  (log: {server.log})\n"
+                  f"watch it:  Watcher({server.url!r}, {server.events_endpoint!r})  (teachspec.serving)\n"
+                  f"Ctrl-C stops it", flush=True)
+            while server.alive():
+                time.sleep(0.5)
+            raise RuntimeError(f"the server exited with status {server.process.returncode}:\n{server.tail()}")
+
+
+def server_errors(args):
+    """A ServerError (vLLM missing, not starting, not answering) ends the command with its message, status 2."""
+    from contextlib import contextmanager
+
+    from teachspec.serving import ServerError
+
+    @contextmanager
+    def said():
+        try:
+            yield
+        except (ServerError, RuntimeError) as e:
+            args.parser.exit(2, f"{args.parser.prog}: error: {e}\n")
+    return said()
+
+
 def cmd_student(args) -> None:
     from teachspec.course.student import write
 
@@ -403,6 +468,30 @@ def parser() -> Parser:
     bc.add_argument("--k", type=whole(1), default=2, help="draft length of the speculative runs (default 2)")
     add_json_arg(bc)
     bc.set_defaults(run=cmd_bench_contention, parser=bc)
+
+    bv = command(bsub, "serving", help="teachspec and vLLM on the bundled pair, greedy, side by side; vLLM's "
+                                         "throughput with many requests")
+    bv.add_argument("--pair", type=bundled_pair, default="tiny", help="a bundled pair (default: tiny)")
+    bv.add_argument("--threads", type=whole(1), default=None,
+                    help="CPU threads for teachspec's torch (default: the policy; vLLM chooses its own)")
+    bv.add_argument("--prompts", type=whole(1), default=8, help="prompts decoded one at a time (default 8)")
+    bv.add_argument("--new-tokens", type=whole(1), default=96, help="tokens decoded per prompt (default 96)")
+    bv.add_argument("--concurrency", type=whole(1), nargs="+", default=[8, 32],
+                    help="requests in flight at once for vLLM's throughput rows (default 8 32)")
+    add_json_arg(bv)
+    bv.set_defaults(run=cmd_bench_serving, parser=bv)
+
+    sv = command(sub, "serve", help="start vLLM's OpenAI-compatible server on a pair (prefix caching and KV "
+                                    "events on) until Ctrl-C")
+    sv.add_argument("--pair", type=served_pair, default="tiny", help="tiny (default: the bundled pair) or a folder holding target/ "
+                                                   "and draft/")
+    sv.add_argument("--speculate", type=speculation("none", "model", "ngram"), default="none",
+                    help="none (default), model (the pair's draft model) or ngram (prompt lookup)")
+    sv.add_argument("--k", type=whole(1), default=3, help="guesses a step (default 3)")
+    sv.add_argument("--port", type=whole(1), default=None, help="the HTTP port on 127.0.0.1 (default: a free one)")
+    sv.add_argument("--kv-blocks", type=whole(2), default=None,
+                    help="cap the KV cache at this many 32-token blocks, to watch it evict (default: vLLM's sizing)")
+    sv.set_defaults(run=cmd_serve, parser=sv)
 
     s = command(sub, "student", help="write the student version of an assignment (solutions out, tests hidden)")
     s.add_argument("solution", type=notebook, help="the solution notebook")

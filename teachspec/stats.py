@@ -63,6 +63,23 @@ class Stats:
             self.drafted_per_position[i] += 1
             self.accepted_per_position[i] += i < kept
 
+    @classmethod
+    def from_counters(cls, drafts: int, accepted: int, accepted_per_position: list[int],
+                      draft_tokens: int | None = None) -> Stats:
+        """The steps a serving engine counted (vLLM's spec_decode counters: teachspec.serving.metrics) as a Stats.
+
+        Its counters are per step, not per token: drafts, guesses accepted, and per position i the drafts whose
+        guess i was accepted. That is enough: guess i is judged only when guesses 0 .. i-1 were accepted, so
+        judged = drafts + accepted_per_position[0] + ... + accepted_per_position[k-2], and the steps that ended in a
+        rejection are the drafts that did not accept all k, drafts - accepted_per_position[k-1]. Only speculation
+        steps are counted, each taken to guess k = len(accepted_per_position) tokens (true of a draft model; prompt
+        lookup can guess fewer), so tokens per target pass is the mean acceptance length 1 + accepted / drafts."""
+        k = len(accepted_per_position)
+        return cls(new_tokens=drafts + accepted, target_passes=drafts, drafts=drafts,
+                   drafted=draft_tokens if draft_tokens is not None else drafts * k, accepted=accepted,
+                   rejected=drafts - (accepted_per_position[-1] if k else 0),
+                   accepted_per_position=list(accepted_per_position), drafted_per_position=[drafts] * k)
+
     def mark_first_step(self, new_tokens: int, seconds: float) -> None:
         """Remember the counters now, as the first step ends with `new_tokens` committed, `seconds` in."""
         self.first_step = dataclasses.replace(self, new_tokens=new_tokens, wall_s=seconds, first_step=None,

@@ -55,7 +55,7 @@ LEAVES = [words for words, ap in COMMANDS.items() if words and not any(
 def test_every_command_is_here():
     assert sorted(" ".join(w) for w in LEAVES) == sorted([
         "generate", "demo", "student", "traces", "pin", "course", "bench speculative", "bench mechanics",
-        "bench radix", "bench program", "bench widgets", "bench contention"])
+        "bench radix", "bench program", "bench widgets", "bench contention", "bench serving", "serve"])
 
 
 @pytest.mark.parametrize("words", list(COMMANDS), ids=lambda w: " ".join(w) or "teachspec")
@@ -99,6 +99,10 @@ BAD = [
     (("bench", "program", "--speculate", "maybe"), "'maybe' is not one of model, ngram, none", False),
     (("bench", "widgets", "--repeats", "0"), "argument --repeats: must be >= 1, got 0", False),
     (("bench", "contention", "--busy", "-1"), "argument --busy: must be >= 0, got -1", False),
+    (("bench", "serving", "--concurrency", "0"), "argument --concurrency: must be >= 1, got 0", False),
+    (("serve", "--speculate", "eagle"), "argument --speculate: 'eagle' is not one of none, model, ngram", False),
+    (("serve", "--kv-blocks", "1"), "argument --kv-blocks: must be >= 2, got 1", False),
+    (("serve", "--pair", "/no/such/pair"), "'/no/such/pair' is neither tiny (the bundled pair) nor a folder", False),
     (("bench",), "the following arguments are required: BENCH", False),
     (("student", "/no/such.ipynb"), "argument solution: '/no/such.ipynb' is not a file", False),
     (("pin", "/no/such.ipynb"), "argument notebooks: '/no/such.ipynb' is not a file", False),

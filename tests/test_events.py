@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from teachspec.events import KINDS, VERSION, Accept, Bonus, Draft, Evict, EventLog, Finish, Insert, Lock, Match, \
-    Prefill, ProgramSpan, ProgramStep, Reject, RequestStart, Resample, Score, Split, TreeDraft, Unlock, Verify
+from teachspec.events import KINDS, VERSION, Accept, Bonus, Counters, Draft, Evict, EventLog, Finish, Insert, Lock, \
+    Match, Prefill, ProgramSpan, ProgramStep, Reject, RequestStart, Resample, Score, Split, TreeDraft, Unlock, Verify
 
 
 def sample_log() -> EventLog:
@@ -32,6 +32,8 @@ def sample_log() -> EventLog:
     log.emit(Score, 2, position=7, tokens=[4], logprobs=[-0.7])
     log.emit(Finish, 2, new_tokens=0, reason="score", ms=3.0)
     log.emit(ProgramSpan, -1, run=0, branch=0, call="select", name="answer", start=7, stop=8, text=" yes")
+    log.emit(Counters, -1, source="http://127.0.0.1:8000", drafts=2, draft_tokens=6, accepted=4,
+             accepted_per_position=[2, 1, 1], prefix_queries=40, prefix_hits=32, requests=1)
     return log
 
 

@@ -170,6 +170,49 @@ def fake_server(tmp_path):
     http_server.server_close()
 
 
+@pytest.fixture
+def replaying(tmp_path):
+    """A replay socket as vLLM keeps one: it answers "from batch n on" with the batches it kept, then -1."""
+    ctx = zmq.Context()
+    router = ctx.socket(zmq.ROUTER)
+    endpoint = f"ipc://{tmp_path}/replay"
+    router.bind(endpoint)
+    kept: list[list[bytes]] = []
+    stop = threading.Event()
+
+    def serve():
+        while not stop.is_set():
+            if router.poll(50):
+                client, _, start = router.recv_multipart()
+                for frames in kept:
+                    if int.from_bytes(frames[1], "big") >= int.from_bytes(start, "big"):
+                        router.send_multipart([client, b"", *frames])
+                router.send_multipart([client, b"", b"", (-1).to_bytes(8, "big", signed=True), b""])
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield endpoint, kept
+    stop.set()
+    thread.join()
+    router.close(0)
+    ctx.term()
+
+
+def test_batches_lost_on_the_live_socket_are_asked_for_again(fake_server, replaying):
+    url, endpoint, pub, _ = fake_server
+    replay, kept = replaying
+    first, second, third = store(0, 1, None, [1, 2, 3, 4]), store(1, 2, 1, [5, 6, 7, 8]), store(2, 3, 2, [9] * 4)
+    kept += [first]                                     # sent before anyone listened: only the replay has it
+    with Watcher(url, endpoint, interval=0.1, replay_endpoint=replay) as w:
+        wait_for(lambda: len(w.tree) == 1)
+        kept += [second, third]
+        pub.send_multipart(third)                       # batch 1 never arrives live: the jump asks for it
+        wait_for(lambda: len(w.tree) == 3)
+        pub.send_multipart(second)                      # arriving late, after its replay: applied once
+        w.settle(quiet=0.2)
+    assert w.tree.sequences() == [[1, 2, 3, 4, 5, 6, 7, 8, 9, 9, 9, 9]] and w.missed == 0 and w.batches == 3
+
+
 def store(seq: int, h: int, parent, tokens) -> list[bytes]:
     return frames(seq, [{"type": "BlockStored", "block_hashes": [h], "parent_block_hash": parent,
                          "token_ids": tokens, "block_size": B, "lora_id": None, "medium": None}])
@@ -258,3 +301,16 @@ def test_counters_are_a_documented_event_that_a_trace_keeps(tmp_path):
              prefix_queries=4, prefix_hits=0, requests=1)
     again = EventLog.load(log.save(tmp_path / "t.jsonl"))
     assert again.events[0] == log.events[0]
+
+
+def test_the_charts_read_a_servers_counters_as_they_read_the_engines_steps():
+    from teachspec.widgets import charts
+
+    log = EventLog()
+    log.emit(Counters, source="http://x", **metrics.counters(metrics.parse(METRICS)))
+    bars, formula = charts.acceptance_by_position(log).data
+    assert bars.y == (0.8, 0.6, 0.3) and formula.y[0] == pytest.approx(17 / 24)
+    passes = charts.tokens_per_pass(log)
+    # 2 passes kept no guess, 2 one, 3 two, 3 all three (and a bonus): 1, 2, 3 and 4 tokens a pass
+    assert sorted(passes.data[0].x) == [1, 1, 2, 2, 3, 3, 3, 4, 4, 4]
+    assert passes.layout.shapes[0].x0 == pytest.approx(1 + 17 / 10)  # the mean acceptance length

@@ -7,18 +7,22 @@ Each trace is an `EventLog` saved with `EventLog.save`; a notebook replays one w
     SpeculationView(EventLog.load("traces/speculation.jsonl"))      or RadixTreeView(...)
 
 The recordings are seeded, so re-recording with the same pair and library versions gives the same events (the
-timestamps differ).
+timestamps differ). `vllm_blocks` is recorded from a vLLM server (teachspec.serving) and needs vLLM installed
+(TEACHSPEC_VLLM_PYTHON names its Python); without it, or with a pair other than the bundled one that the server
+serves, it is skipped with a message and the other traces are recorded as usual.
 """
 
 from __future__ import annotations
 
 import sys
+import tempfile
 from pathlib import Path
 
 from teachspec import workloads
 from teachspec.chat import Chat
 from teachspec.engine import Engine
 from teachspec.events import EventLog
+from teachspec.program import gen, run
 
 PROMPT = "Return a new dictionary"
 
@@ -62,15 +66,88 @@ def together(pair) -> EventLog:
     return engine.events
 
 
+# -- lecture 10: vLLM on the same requests -----------------------------------------------------------------------
+
+class Unavailable(RuntimeError):
+    """A trace that cannot be recorded here (no vLLM, another pair); `record` skips it and says why."""
+
+
+VLLM_KV_BLOCKS = 16     # the server's KV cache: 16 blocks of 32 tokens, which the requests below overflow
+CONTINUATIONS = ("Return a new dictionary", 'The "with" statement is used to',
+                 "def read(path):\n    with open(path) as")
+
+
+# the lecture's three programs, as it writes them: the trace names them, and the lecture finds their runs by name
+def continue_text(s, text, max_tokens):
+    s += text
+    s += gen("continuation", max_tokens=max_tokens)
+
+
+def answer(s, question):
+    s += question
+    s += gen("answer", max_tokens=1)
+
+
+def conversation(s, system_text, messages, max_tokens):
+    s += system_text + "\n\n"
+    for i, message in enumerate(messages):
+        s += "User: " + message + "\nAssistant:"
+        s += gen(f"reply_{i}", max_tokens=max_tokens)
+        s += "\n"
+
+
+def vllm_requests(pair) -> list[tuple]:
+    """Lecture 10's programs with the arguments of each run, in the order it sends them: [(program, [dict])]."""
+    few_shot = workloads.few_shot(n_questions=4, shots=2, example_tokens=60, question_tokens=40, encode=pair)
+    chats = workloads.multi_turn(n_conversations=2, turns=3, message_tokens=24, max_new_tokens=12,
+                                 system_tokens=100, encode=pair).conversations
+    return [(continue_text, [dict(text=t, max_tokens=32) for t in CONTINUATIONS]),
+            (answer, [dict(question=r.prompt) for r in few_shot.requests]),
+            (conversation, [dict(system_text=c.system, messages=c.messages, max_tokens=12) for c in chats])]
+
+
+def vllm_blocks(pair) -> EventLog:
+    """Lecture 10: vLLM serving the bundled pair (its draft model, k = 3, a KV cache of VLLM_KV_BLOCKS blocks),
+    watched: its blocks as Insert and Evict events, its counters, and the programs' steps and requests, for three
+    greedy continuations, four few-shot questions and two three-turn chats, sent one at a time (so what the cache
+    finds does not depend on timing). Raises Unavailable where vLLM is not installed or the pair is another."""
+    from teachspec.serving import RemoteEngine, ServerError, Watcher, start_vllm, vllm_python
+
+    if pair.name != "tiny":
+        raise Unavailable(f"the server serves the bundled pair, and this is {pair.name!r}: record it with --pair tiny")
+    try:
+        vllm_python()
+    except ServerError as e:
+        raise Unavailable(str(e).splitlines()[0].rstrip(":") + " (TEACHSPEC_VLLM_PYTHON)") from None
+    with tempfile.TemporaryDirectory() as folder, \
+            start_vllm("tiny", speculate="model", k=3, kv_blocks=VLLM_KV_BLOCKS, max_model_len=384,
+                       workdir=folder) as server, Watcher(server) as watcher:
+        remote = RemoteEngine(server, pair, events=watcher.log)
+        for program, arguments in vllm_requests(pair):
+            for a in arguments:
+                run(program, engine=remote, **a)
+                watcher.settle()  # each run after the server's events about the last one have arrived
+    return watcher.log
+
+
 TRACES = {"speculation": speculation, "radix_shared": radix_shared, "radix_eviction": radix_eviction,
-          "together": together}
+          "together": together, "vllm_blocks": vllm_blocks}
 
 
 def record(pair, out: Path) -> dict[str, Path]:
-    """Record every trace with `pair` into `out`; returns name -> path."""
+    """Record every trace with `pair` into `out`; returns name -> path. A trace that cannot be recorded here
+    (`Unavailable`: vllm_blocks without vLLM) is skipped with a line that says why, its old file left as it was."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    return {name: make(pair).save(out / f"{name}.jsonl") for name, make in TRACES.items()}
+    written = {}
+    for name, make in TRACES.items():
+        try:
+            log = make(pair)
+        except Unavailable as e:
+            print(f"{name:16s} skipped: {e}")
+            continue
+        written[name] = log.save(out / f"{name}.jsonl")
+    return written
 
 
 def main(argv: list[str] | None = None) -> None:

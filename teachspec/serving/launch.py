@@ -104,6 +104,7 @@ class VllmServer:
     """A running vLLM server: where to reach it, and the process to stop."""
     url: str                        # http://127.0.0.1:PORT
     events_endpoint: str            # ipc://FILE its KV-event publisher binds (a socket file in its folder)
+    replay_endpoint: str            # ipc://FILE where it answers "send me the batches from number n on"
     process: subprocess.Popen
     model: str                      # the served model's name in requests (its folder)
     speculate: str | None
@@ -147,15 +148,16 @@ class VllmServer:
         self.stop()
 
 
-def command(python: str, folders: dict[str, Path], port: int, events: str, speculate: str | None, k: int,
-            block_size: int, max_model_len: int, kv_blocks: int | None) -> list[str]:
+def command(python: str, folders: dict[str, Path], port: int, events: str, replay: str, speculate: str | None,
+            k: int, block_size: int, max_model_len: int, kv_blocks: int | None) -> list[str]:
     """The server's command line: vLLM's OpenAI-compatible API server with the course's two ideas on."""
     cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(folders["target"]),
            "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--enforce-eager",
            "--block-size", str(block_size), "--max-model-len", str(max_model_len), "--seed", "0",
            "--enable-prefix-caching", "--enable-prompt-tokens-details",
            "--kv-events-config", json.dumps({"enable_kv_cache_events": True, "publisher": "zmq",
-                                             "endpoint": events, "topic": ""})]
+                                             "endpoint": events, "replay_endpoint": replay,
+                                             "topic": ""})]
     if kv_blocks is not None:
         cmd += ["--num-gpu-blocks-override", str(kv_blocks)]
     if speculate == "model":
@@ -193,16 +195,17 @@ def start_vllm(pair: str | Path = "tiny", *, speculate: str | None = None, k: in
     if speculate == "model" and "draft" not in folders:
         raise ValueError(f"speculate='model' needs the pair's draft model, and {pair!r} has no draft/ folder")
     port = port or free_port()
-    events = f"ipc://{work.resolve()}/kv-events"  # vLLM binds a socket file: nothing outside this machine sees it
+    events = f"ipc://{work.resolve()}/kv-events"  # vLLM binds socket files: nothing outside this machine sees them
+    replay = f"ipc://{work.resolve()}/kv-replay"
     log = work / "server.log"
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
            "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     env.pop("PYTHONPATH", None)  # vLLM's environment has its own transformers: keep ours out of its path
     with log.open("wb") as out:
-        process = subprocess.Popen(command(python, folders, port, events, speculate, k, block_size,
+        process = subprocess.Popen(command(python, folders, port, events, replay, speculate, k, block_size,
                                            max_model_len, kv_blocks),
                                    stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    server = VllmServer(f"http://127.0.0.1:{port}", events, process,
+    server = VllmServer(f"http://127.0.0.1:{port}", events, replay, process,
                         str(folders["target"]), speculate, k, block_size, log, folders)
     try:
         _wait(server, timeout)

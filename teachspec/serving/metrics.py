@@ -17,7 +17,7 @@ per-token events: a guess i is judged only when guesses 0 .. i-1 were accepted, 
 
 vLLM's own dashboards show accepted / draft tokens as "acceptance rate", which also counts the guesses after a
 rejection that were never judged, and so is lower than alpha. `stats(counters)` fills a `teachspec.stats.Stats`
-with these steps, so `theory` and every chart read a server as they read the engine.
+with these steps (`Stats.from_counters`), so `theory` and the charts read a server as they read the engine.
 """
 
 from __future__ import annotations
@@ -103,19 +103,10 @@ def difference(after: Counters | dict, before: Counters | dict) -> dict:
 
 
 def stats(c: Counters | dict) -> Stats:
-    """The decoding steps a server counted, as a Stats: alpha, acceptance per position, tokens per target pass.
-
-    Only speculation steps are counted (vLLM's counters say nothing of plain steps), so tokens per target pass is
-    the mean acceptance length. A step is taken to propose k guesses, k the number of positions counted: true of
-    a draft model; prompt lookup can propose fewer when its match is short, and then drafted_per_position is an
-    upper bound."""
+    """The speculation steps a server counted, as a Stats: alpha, acceptance per position, tokens per target pass
+    (Stats.from_counters says how each follows from the counters)."""
     c = _fields(c)
-    per_position = list(c["accepted_per_position"])
-    k = len(per_position)
-    drafts, accepted = c["drafts"], c["accepted"]
-    return Stats(new_tokens=drafts + accepted, target_passes=drafts, drafts=drafts, drafted=c["draft_tokens"],
-                 accepted=accepted, rejected=drafts - (per_position[-1] if k else 0),
-                 accepted_per_position=per_position, drafted_per_position=[drafts] * k)
+    return Stats.from_counters(c["drafts"], c["accepted"], c["accepted_per_position"], c["draft_tokens"])
 
 
 def _fields(c: Counters | dict) -> dict:

@@ -19,10 +19,15 @@ serves, `watcher.log.save(...)` keeps a trace that replays with no server, and t
         watcher.settle()                     # until the events of what was sent have arrived
         watcher.tree.sequences(), metrics.stats(watcher.counters)
 
+No batch is lost silently. A PUB socket drops what it sends before a subscriber has joined, and drops more when a
+subscriber falls behind; so vLLM also keeps its recent batches (`buffer_steps` of them) behind a replay socket that
+answers "send me the batches from number n on". The watcher asks it for everything from batch 0 when it starts (so
+it can also join a server that has been serving for a while) and again whenever the sequence numbers jump; a batch
+seen twice is applied once. Without a replay endpoint, a jump is counted in `missed`.
+
 What goes wrong is said once, and the log keeps what it had: a server that does not answer when the watcher starts
 raises a ServerError at once; one that dies later, or a message that is not a KV event batch, stops the watcher
-with `watcher.error` set, a warning, and the same error raised by the next `settle()` or `check()`. A gap in the
-sequence numbers (a batch lost, say while the subscriber was joining) is counted in `missed`.
+with `watcher.error` set, a warning, and the same error raised by the next `settle()` or `check()`.
 """
 
 from __future__ import annotations
@@ -83,9 +88,10 @@ class Watcher:
     """Follows one vLLM server's KV events and counters into `log` (a new EventLog unless given)."""
 
     def __init__(self, server: VllmServer | str, events_endpoint: str | None = None, log: EventLog | None = None,
-                 interval: float = 0.25):
+                 interval: float = 0.25, replay_endpoint: str | None = None):
         if isinstance(server, VllmServer):
             self.url, events_endpoint = server.url, events_endpoint or server.events_endpoint
+            replay_endpoint = replay_endpoint or server.replay_endpoint
         elif isinstance(server, str):
             self.url = server.rstrip("/")
         else:
@@ -93,7 +99,7 @@ class Watcher:
         if not isinstance(events_endpoint, str) or not events_endpoint.startswith(("tcp://", "ipc://")):
             raise ValueError(f"events_endpoint must be where the server publishes KV events, tcp://HOST:PORT or "
                              f"ipc://FILE (its --kv-events-config endpoint), got {events_endpoint!r}")
-        self.endpoint, self.interval = events_endpoint, interval
+        self.endpoint, self.replay_endpoint, self.interval = events_endpoint, replay_endpoint, interval
         self.log = log if log is not None else EventLog(pair="tiny")
         self.tree = BlockTree(self.log)
         self.counters: Counters | None = None
@@ -105,7 +111,7 @@ class Watcher:
         self._stop = threading.Event()
         self._reading = threading.Lock()      # settle() reads the counters too, from the caller's thread
         self._thread: threading.Thread | None = None
-        self._socket = self._context = None
+        self._socket = self._replay = self._context = None
 
     # -- starting and stopping ------------------------------------------------------------------------------------
 
@@ -122,7 +128,12 @@ class Watcher:
         self._socket.setsockopt(zmq.SUBSCRIBE, b"")
         self._socket.setsockopt(zmq.LINGER, 0)
         self._socket.connect(self.endpoint)
-        time.sleep(0.3)  # ZMQ's slow joiner: a subscription takes a moment to reach the publisher
+        if self.replay_endpoint:
+            self._replay = self._context.socket(zmq.DEALER)
+            self._replay.setsockopt(zmq.LINGER, 0)
+            self._replay.connect(self.replay_endpoint)
+        else:
+            time.sleep(0.3)  # ZMQ's slow joiner: a subscription takes a moment to reach the publisher
         self._thread = threading.Thread(target=self._follow, name="teachspec-vllm-watcher", daemon=True)
         self._thread.start()
         return self
@@ -133,6 +144,8 @@ class Watcher:
             self._thread.join(5)
         if self._context is not None:
             self._socket.close(0)
+            if self._replay is not None:
+                self._replay.close(0)
             self._context.term()
             self._context = None
 
@@ -169,9 +182,11 @@ class Watcher:
 
         next_poll = 0.0
         try:
+            if self._replay is not None:
+                self._catch_up(0)
             while not self._stop.is_set():
                 if self._socket.poll(int(self.interval * 1000)):
-                    self._apply(self._socket.recv_multipart(zmq.NOBLOCK))
+                    self._receive(self._socket.recv_multipart(zmq.NOBLOCK))
                 if time.monotonic() >= next_poll:
                     self._poll_counters()
                     next_poll = time.monotonic() + self.interval
@@ -180,11 +195,34 @@ class Watcher:
         except Exception as e:  # anything else is a bug here; still said once, the log kept
             self._fail(ServerError(f"the watcher of {self.url} stopped: {type(e).__name__}: {e}"))
 
+    def _receive(self, frames: list[bytes]) -> None:
+        """A batch from the live socket: after a jump in the numbers, first the batches in between."""
+        seq = decode(frames)[0]
+        expected = 0 if self._last_seq is None else self._last_seq + 1
+        if seq > expected and self._replay is not None:
+            self._catch_up(expected)
+        self._apply(frames)  # counts in `missed` what is still lost
+
+    def _catch_up(self, start: int) -> None:
+        """Ask the replay socket for batches start, start + 1, ... and apply them; it ends with number -1."""
+        self._replay.send_multipart([b"", start.to_bytes(8, "big")])
+        while True:
+            if not self._replay.poll(10_000):
+                raise ServerError(f"the vLLM server at {self.url} did not answer its replay socket "
+                                  f"({self.replay_endpoint}) within 10 s")
+            frames = self._replay.recv_multipart()[1:]  # after the empty delimiter: topic, sequence, payload
+            if len(frames) == 3 and frames[1] == (-1).to_bytes(8, "big", signed=True):
+                return
+            self._apply(frames)
+
     def _apply(self, frames: list[bytes]) -> None:
         seq, events = decode(frames)
+        self._last_message = time.monotonic()
+        if self._last_seq is not None and seq <= self._last_seq:
+            return  # seen already: replayed, then arriving live (or the other way round)
         if self._last_seq is not None and seq > self._last_seq + 1:
             self.missed += seq - self._last_seq - 1
-        self._last_seq, self._last_message = seq, time.monotonic()
+        self._last_seq = seq
         self.batches += 1
         for kind, fields in events:
             if kind == "BlockStored":

@@ -2,6 +2,8 @@
 
     acceptance_by_position(log)   how often guess i survives, against alpha^(i+1) from independent guesses
     tokens_per_pass(log)          histogram of tokens per target pass, against Eq. (1)'s mean
+                                  (both also read a serving engine's counters: a log of teachspec.serving.Watcher
+                                  holds Counters events, not steps, and their totals give both charts exactly)
     timeline(log)                 draft and target passes on a time axis: where the wall time goes
     cache_over_time(log)          cached and locked tokens, and the hit rate of each lookup
     speedup_vs_k({k: log, ...})   measured speedup for several k, against theory.speedup
@@ -29,7 +31,9 @@ from collections.abc import Mapping
 import plotly.graph_objects as go
 
 from teachspec import theory
-from teachspec.events import Draft, EventLog, Evict, Finish, Insert, Lock, Match, RequestStart, Unlock, Verify
+from teachspec.events import Counters, Draft, EventLog, Evict, Finish, Insert, Lock, Match, RequestStart, Unlock, \
+    Verify
+from teachspec.stats import Stats
 from teachspec.widgets.chartsvg import FONT, figure_svg
 from teachspec.widgets.measure import Running, steps
 
@@ -83,6 +87,15 @@ def _running(log: EventLog) -> Running:
     return running
 
 
+def _counted(log: EventLog) -> Stats | None:
+    """A serving engine's speculation steps, from the newest Counters event of the log (None if it has none, or
+    the server has not guessed yet)."""
+    c = next((e for e in reversed(log.events) if isinstance(e, Counters)), None)
+    if c is None or not c.drafts:
+        return None
+    return Stats.from_counters(c.drafts, c.accepted, c.accepted_per_position, c.draft_tokens)
+
+
 def acceptance_by_position(log: EventLog) -> Chart:
     """Share of drafts whose guess i was accepted; guess i survives only if guesses 0 .. i-1 did too."""
     fig = figure("Acceptance by draft position", "position in the draft (i)", "accepted")
@@ -94,12 +107,15 @@ def acceptance_by_position(log: EventLog) -> Chart:
                 accepted.append(0)
             drafted[i] += 1
             accepted[i] += ok
+    server = _counted(log) if not drafted else None
+    if server is not None:
+        drafted, accepted = server.drafted_per_position, server.accepted_per_position
     if not drafted:
         return _nothing(fig, "drafts")
     rates = [a / d for a, d in zip(accepted, drafted)]
-    fig.add_bar(x=list(range(len(rates))), y=rates, name="measured", marker_color=DRAFT,
-                text=[f"{a}/{d}" for a, d in zip(accepted, drafted)], textposition="outside")
-    alpha = _running(log).alpha
+    fig.add_bar(x=list(range(len(rates))), y=rates, name="measured" + (" (the server's counters)" if server else ""),
+                marker_color=DRAFT, text=[f"{a}/{d}" for a, d in zip(accepted, drafted)], textposition="outside")
+    alpha = server.alpha if server is not None else _running(log).alpha
     if alpha is not None:
         fig.add_scatter(x=list(range(len(rates))), y=[alpha ** (i + 1) for i in range(len(rates))],
                         name=f"alpha^(i+1), alpha = {alpha:.2f} (accepted / judged guesses)",
@@ -113,16 +129,21 @@ def tokens_per_pass(log: EventLog) -> Chart:
     """How many tokens each target pass yielded: 1 .. k + 1."""
     fig = figure("Tokens per target pass", "tokens emitted by one pass", "passes")
     counts = [s.emitted for s in steps(log) if s.emitted]
+    server = _counted(log) if not counts else None
+    if server is not None:  # passes that kept exactly j guesses: those that accepted guess j - 1 but not guess j
+        kept = [server.drafts, *server.accepted_per_position, 0]
+        counts = [j + 1 for j in range(len(kept) - 1) for _ in range(kept[j] - kept[j + 1])]
     if not counts:
         return _nothing(fig, "target passes")
     fig.add_histogram(x=counts, xbins=dict(start=0.5, end=max(counts) + 0.5, size=1), marker_color=TARGET,
-                      name="passes")
+                      name="passes" + (" (the server's counters)" if server else ""))
     mean = sum(counts) / len(counts)
     fig.add_vline(x=mean, line_dash="solid", line_color=COLORS["target"], annotation_text=f"measured mean {mean:.2f}")
     running = _running(log)
-    if running.alpha is not None:
-        k = max(1, round(running.k))
-        predicted = float(theory.expected_tokens(running.alpha, k))
+    alpha, k = (server.alpha, len(server.accepted_per_position)) if server else (running.alpha, running.k)
+    if alpha is not None:
+        k = max(1, round(k))
+        predicted = float(theory.expected_tokens(alpha, k))
         fig.add_vline(x=predicted, line_dash="dash", line_color=COLORS["formula"],
                       annotation_text=f"Eq. (1): {predicted:.2f}",
                       annotation_position="bottom right")
