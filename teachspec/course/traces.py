@@ -118,7 +118,8 @@ def vllm_blocks(pair) -> EventLog:
     try:
         vllm_python()
     except ServerError as e:
-        raise Unavailable(str(e).splitlines()[0].rstrip(":") + " (TEACHSPEC_VLLM_PYTHON)") from None
+        why = str(e).splitlines()[0].rstrip(":")
+        raise Unavailable(why if "TEACHSPEC_VLLM_PYTHON" in why else why + " (TEACHSPEC_VLLM_PYTHON)") from None
     with tempfile.TemporaryDirectory() as folder, \
             start_vllm("tiny", speculate="model", k=3, kv_blocks=VLLM_KV_BLOCKS, max_model_len=384,
                        workdir=folder) as server, Watcher(server) as watcher:

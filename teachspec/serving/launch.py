@@ -113,6 +113,7 @@ class VllmServer:
     log: Path                       # the server's own output, for when it fails
     pair: str | None = None         # the bundled pair's name, when it serves one: a trace's replay finds its tokenizer
     folders: dict[str, Path] = field(default_factory=dict)
+    scratch: Path | None = None     # a folder start_vllm made for the copies: removed once the server has stopped
 
     @property
     def pid(self) -> int:
@@ -123,18 +124,16 @@ class VllmServer:
 
     def stop(self, timeout: float = 20.0) -> None:
         """SIGTERM to the server's whole process group (the API server and its engine process), then SIGKILL."""
-        if self.process.poll() is not None:
-            return
         for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 10.0)):
+            if self.process.poll() is not None:
+                break
             try:
                 os.killpg(self.process.pid, sig)
-            except ProcessLookupError:
-                return
-            try:
                 self.process.wait(wait)
-                return
-            except subprocess.TimeoutExpired:
+            except (ProcessLookupError, subprocess.TimeoutExpired):
                 continue
+        if self.scratch is not None and self.process.poll() is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)  # the pair's copies: tens of MB each start
 
     def tail(self, lines: int = 20) -> str:
         try:
@@ -191,7 +190,8 @@ def start_vllm(pair: str | Path = "tiny", *, speculate: str | None = None, k: in
         raise ValueError(f"kv_blocks must be an int >= 2 (blocks of KV cache), or None for vLLM's sizing, got "
                          f"{kv_blocks!r}")
     python = vllm_python()
-    work = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="teachspec-vllm-"))
+    scratch = None if workdir is not None else Path(tempfile.mkdtemp(prefix="teachspec-vllm-"))
+    work = Path(workdir) if workdir is not None else scratch
     folders = layout(pair, work)
     if speculate == "model" and "draft" not in folders:
         raise ValueError(f"speculate='model' needs the pair's draft model, and {pair!r} has no draft/ folder")
@@ -208,10 +208,11 @@ def start_vllm(pair: str | Path = "tiny", *, speculate: str | None = None, k: in
                                    stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     server = VllmServer(f"http://127.0.0.1:{port}", events, replay, process,
                         str(folders["target"]), speculate, k, block_size, log,
-                        pair if isinstance(pair, str) and pair in BUNDLED else None, folders)
+                        pair if isinstance(pair, str) and pair in BUNDLED else None, folders, scratch)
     try:
         _wait(server, timeout)
     except BaseException:  # an error or Ctrl-C while waiting: never leave the process behind
+        server.scratch = None  # but keep its folder: the log the error points at is there
         server.stop()
         raise
     return server
