@@ -162,11 +162,13 @@ class Watcher:
         if self.error is not None:
             raise self.error
 
-    def settle(self, quiet: float = 0.6, timeout: float = 15.0) -> "Watcher":
-        """Wait until no KV event has come for `quiet` seconds (vLLM publishes after each engine step), and the
-        counters are read once more; raise what stopped the watcher, if anything did."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and time.monotonic() - self._last_message < quiet:
+    def settle(self, quiet: float = 0.3, timeout: float = 15.0) -> "Watcher":
+        """Wait until no KV event has come for `quiet` seconds since this call (vLLM publishes a step's events
+        from a thread of its own, just after the step, so the events of a request that has just returned may still
+        be on their way), then read the counters once more; raise what stopped the watcher, if anything did."""
+        called = time.monotonic()
+        deadline = called + timeout
+        while time.monotonic() < deadline and time.monotonic() - max(called, self._last_message) < quiet:
             self.check()
             time.sleep(0.05)
         self.check()
