@@ -237,12 +237,18 @@ def test_the_watcher_follows_blocks_and_counters_and_counts_a_gap(fake_server):
     assert w.tree.sequences() == [[1, 2, 3, 4, 5, 6, 7, 8]]
 
 
+def holding_one_block(url: str, endpoint: str, pub) -> Watcher:
+    """A started watcher that has seen one block stored."""
+    w = Watcher(url, endpoint, interval=0.1).start()
+    pub.send_multipart(store(0, 1, None, [1, 2, 3, 4]))
+    wait_for(lambda: len(w.tree) == 1)
+    return w
+
+
 def test_garbage_on_the_socket_stops_the_watcher_with_one_message_and_the_log_intact(fake_server):
     url, endpoint, pub, _ = fake_server
-    w = Watcher(url, endpoint, interval=0.1).start()
+    w = holding_one_block(url, endpoint, pub)
     try:
-        pub.send_multipart(store(0, 1, None, [1, 2, 3, 4]))
-        wait_for(lambda: len(w.tree) == 1)
         kept = len(w.log)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -259,10 +265,8 @@ def test_garbage_on_the_socket_stops_the_watcher_with_one_message_and_the_log_in
 
 def test_a_server_that_stops_answering_is_said_once_and_the_log_kept(fake_server):
     url, endpoint, pub, http_server = fake_server
-    w = Watcher(url, endpoint, interval=0.1).start()
+    w = holding_one_block(url, endpoint, pub)
     try:
-        pub.send_multipart(store(0, 1, None, [1, 2, 3, 4]))
-        wait_for(lambda: len(w.tree) == 1)
         kept = len(w.log)
         with warnings.catch_warnings(record=True):
             warnings.simplefilter("always")
