@@ -15,6 +15,9 @@ per-token events: a guess i is judged only when guesses 0 .. i-1 were accepted, 
     alpha   = accepted / judged                                 (Stats.alpha's accepted / judged guesses)
     tokens per target pass = 1 + accepted / drafts              (vLLM's "mean acceptance length")
 
+The last is Stats' tokens per target pass (tokens generated / target passes) over the passes vLLM counts, which
+are its speculation steps: its prefill pass, which guesses nothing, is not among them.
+
 vLLM's own dashboards show accepted / draft tokens as "acceptance rate", which also counts the guesses after a
 rejection that were never judged, and so is lower than alpha. `stats(counters)` fills a `teachspec.stats.Stats`
 with these steps (`Stats.from_counters`), so `theory` and the charts read a server as they read the engine.
