@@ -355,6 +355,25 @@ def test_export_html_takes_a_trace_and_refuses_anything_else(engine, tmp_path):
         export_html([], tmp_path / "none.html")
 
 
+def test_the_tree_and_the_text_stand_side_by_side_in_a_notebook_and_on_a_page(engine, tmp_path):
+    """At 1280 x 720 one above the other puts the text's focus below the screen (tests/browser/test_lecture_hall.py
+    measures it); side by side, where the width allows, both are on screen."""
+    from teachspec.widgets import TokenTreeView, side_by_side
+    from teachspec.widgets.export import views_of
+    from teachspec.widgets.radix import BESIDE
+
+    spec, tree = views_of(engine.events)
+    assert tree.columns == BESIDE  # narrow enough to stand beside the text
+    box = side_by_side(tree, spec)
+    assert list(box.children) == [tree, spec] and "ts-side-by-side" in box._dom_classes
+    assert ".ts-side-by-side" in spec._css  # its layout is the views' own CSS, as an exported page's
+    page = export_html([spec, tree, TokenTreeView(engine.events)], tmp_path / "three.html").read_text()
+    assert page.count('<div class="ts-side-by-side">') == 1
+    assert page.count('class="teachspec-export"') == 2 and page.count('class="teachspec-export ts-wide"') == 1
+    with pytest.raises(TypeError, match="side_by_side takes views"):
+        side_by_side()
+
+
 # -- bad input ---------------------------------------------------------------------------------------------------
 
 def test_an_empty_trace_makes_an_empty_view_that_says_so(tmp_path):
@@ -429,6 +448,8 @@ def test_arguments_are_checked_with_errors_that_say_what_is_allowed():
         RadixTreeView(budget=-1)
     with pytest.raises(ValueError, match="max_nodes must be an int >= 2"):
         RadixTreeView(max_nodes=1)
+    with pytest.raises(ValueError, match=r"columns must be an int >= 1 \(leaves side by side\), or None"):
+        RadixTreeView(columns=0)
     with pytest.raises(ValueError, match="interval must be a number of seconds > 0"):
         SpeculationView(interval=0)
     with pytest.raises(TypeError, match="decode must be a function"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 import shutil
 
 import pytest
@@ -35,7 +36,7 @@ def nodes_of(snapshot) -> dict[str, tuple[float, int]]:
 
 def test_nodes_never_jump_about_an_insert_moves_only_what_lies_right_of_the_new_leaf():
     log = grown(60, evict_every=7)
-    view = RadixTreeView(log, max_nodes=10_000)
+    view = RadixTreeView(log, max_nodes=10_000, columns=None)  # nothing folds: every node is drawn
     checked = {Insert: 0, Split: 0, Evict: 0}
     for n in range(1, len(view.frames)):
         before, after = nodes_of(replay(view.frames, n)), nodes_of(replay(view.frames, n + 1))
@@ -98,6 +99,42 @@ def test_a_big_tree_folds_into_stubs_and_keeps_the_recent_nodes():
     for stub in stubs:  # a stub is its parent's last child
         siblings = [it for it in items.values() if it["parent"] == stub["parent"]]
         assert stub["x"] == max(it["x"] for it in siblings)
+
+
+def columns_of(items: dict) -> int:
+    """Leaves side by side in a drawing (a stub is a leaf)."""
+    parents = {it["parent"] for it in items.values()}
+    return sum(1 for k in items if k not in parents)
+
+
+def paths_of(keys: list[str], items: dict) -> set[str]:
+    """The drawn nodes on the paths from the root to `keys`."""
+    on = set()
+    for key in keys:
+        while key is not None:
+            on.add(key)
+            key = items[key]["parent"]
+    return on
+
+
+@pytest.mark.parametrize("columns", [1, 3, 6])
+def test_a_wide_tree_folds_to_its_columns_and_always_draws_the_nodes_its_caption_names(columns):
+    log = grown(80, vocab=5, length=10, evict_every=9)
+    assert columns_of(RadixTreeView(log, columns=None).snapshot().items) > 6  # wide enough to fold
+    view = RadixTreeView(log, columns=columns)
+    named = 0
+    for n in range(len(view.frames)):
+        snapshot = replay(view.frames, n + 1)
+        items, focus = snapshot.items, snapshot.meta["focus"]
+        words = snapshot.caption.split(": '")[0].split(': "')[0]  # not the quoted text
+        caption = {f"n{i}" for i in re.findall(r"node (\d+)", words)} - {"n0"}
+        assert caption <= set(focus) and all(k in items for k in focus), f"frame {n}: {snapshot.caption}"
+        named += bool(caption)
+        # within the budget, unless the caption's nodes alone take more: then nothing else is drawn
+        if columns_of(items) > columns:
+            kept = {k for k, it in items.items() if not it.get("stub")}
+            assert kept <= paths_of(focus, items), f"frame {n}: over {columns} columns with other nodes drawn"
+    assert named > 50
 
 
 def test_nodes_deeper_than_max_depth_fold():

@@ -300,15 +300,34 @@ export function statsStrip(meta) {
 
 // ---- the radix tree view -------------------------------------------------------------------------------------
 
-// The tree's geometry at scale 1, in px. The labels are 16 px and 15 px, so a fit that scales the drawing down to
-// TREE.minScale keeps them at 14 px or more; a tree wider than that pans instead (radix.js).
-export const TREE = { column: 172, row: 100, width: 160, height: 72, pad: 14, chars: 14, minScale: 14 / 15 };
+// The tree's geometry at scale 1, in px. Its labels are 15 px (`chars` monospace characters a line fill a box), so
+// a fit that scales the drawing down to TREE.minScale keeps them at 14 px or more. Narrow boxes keep a tree of 6
+// leaves inside a notebook's output at 1280 x 720 beside JupyterLab's file browser, and 3 inside half of it
+// (teachspec/widgets/radix.py folds wider trees); a box narrower still pans to the nodes the caption names.
+export const TREE = { column: 138, row: 92, width: 128, height: 72, pad: 8, chars: 12, minScale: 14 / 15 };
 
 // The scale that fits `natural` px into `available` px: never below minScale (the text stays readable), never
 // above 1.25 (a small tree does not balloon).
 export function fitScale(natural, available) {
   if (!(natural > 0) || !(available > 0)) return 1;
   return clamp(available / natural, TREE.minScale, 1.25);
+}
+
+// The box around the nodes `keys` names (the caption's nodes, radix.py's meta.focus) at scale 1, or null when none
+// of them is drawn.
+export function focusBox(keys, items) {
+  const spots = (keys ?? []).filter((key) => items.has(key)).map((key) => nodeSpot(items.get(key)));
+  if (!spots.length) return null;
+  const xs = spots.map((s) => s.x), ys = spots.map((s) => s.y);
+  return { left: Math.min(...xs), top: Math.min(...ys), right: Math.max(...xs) + TREE.width,
+    bottom: Math.max(...ys) + TREE.height };
+}
+
+// Where a box that shows `size` px of its content from `scroll` on should scroll to so that [lo, hi] lies inside
+// it: where it is if it does already, else centred on [lo, hi] (a tree's box follows the caption's nodes).
+export function scrollToShow(lo, hi, scroll, size, margin = 6) {
+  if (lo >= scroll + margin && hi <= scroll + size - margin) return scroll;
+  return Math.max(0, (lo + hi) / 2 - size / 2);
 }
 
 export function nodeSpot(item) {
@@ -332,10 +351,11 @@ export function edgePath(parent, child) {
   return `M ${x1} ${y1} C ${x1} ${ym}, ${x2} ${ym}, ${x2} ${y2}`;
 }
 
-// A node's label as up to `rows` lines of at most `width` characters, then its id, size and locks: the text
-// wraps at spaces where it can, and what does not fit ends in "…".
+// A node's label as up to `rows` lines of at most `width` characters, then its id and size (its locks are a badge
+// of their own, radix.js: the words would not fit the box): the text wraps at spaces where it can, and what does
+// not fit ends in "…".
 export function nodeLabel(item, width = TREE.chars, rows = 2) {
-  const [head, tail] = nodeLines(item, Infinity);
+  const [head, tail] = nodeLines({ ...item, locks: 0 }, Infinity);
   if (item.stub || item.parent === null) return { lines: [head], tail };
   const lines = [];
   let rest = head;

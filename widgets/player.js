@@ -26,8 +26,11 @@ function button(label, cls, title) {
 
 // `onShow(n)` draws frame n; `onSettle(n)` hears where the user left the player (to save it with the widget).
 // `frame` is where to open: -1 means the newest frame, and then the player *follows*: frames that arrive later
-// (a live view) are played through as they come, until the user steps, drags or presses play.
-export function createPlayer(container, { onShow, onSettle = () => {}, frame = -1, link = "", timeline = null }) {
+// (a live view) are played through as they come, until the user steps, drags or presses play. The controls go in
+// front of `before` (the views put them under their legend, so a tall view keeps them on screen), or at the end.
+export function createPlayer(container, {
+  onShow, onSettle = () => {}, frame = -1, link = "", timeline = null, before = null,
+}) {
   // who announced: random, since each view on an exported page carries its own copy of this module
   const me = `p${Math.random().toString(36).slice(2)}`;
   const bar = document.createElement("div");
@@ -46,7 +49,7 @@ export function createPlayer(container, { onShow, onSettle = () => {}, frame = -
   speed.title = "playback speed";
   for (const s of SPEEDS) speed.add(new Option(`${s}×`, String(s), s === 1, s === 1));
   bar.append(back, play, forward, slider, counter, speed);
-  container.append(bar);
+  container.insertBefore(bar, before); // `before` null: at the end
 
   let count = 0, shown = -1, playing = false, timer = null, follow = frame === -1;
   const eventOf = (n) => (timeline && n >= 0 ? timeline.frames[n]?.event ?? -1 : -1);

@@ -1,13 +1,16 @@
 // RadixTreeView's drawing: the tree as SVG boxes that glide to their new places, a legend, and the memory bar.
 // Python (teachspec/widgets/radix.py and layout.py) decides every node's place, text and state.
 //
-// Labels are the nodes' own text, wrapped over two lines at 16 px; the drawing is scaled to fit the view's width
-// and height, but never below 14 px text (a wider tree pans; the zoom buttons change the scale). Hovering or clicking a node
+// Labels are the nodes' own text, wrapped over two lines at 15 px; the drawing is scaled to fit the view's width
+// and height, but never below 14 px text. Python folds a wide tree so that it fits (radix.py `columns`); where the
+// box is narrower still, it scrolls to the nodes the caption names (meta.focus), so they are always in view. The
+// zoom buttons enlarge the drawing, and shrink it back to that floor, never past it. Hovering or clicking a node
 // marks the tokens it holds in a SpeculationView of the same log; hovering a token there marks the node that
-// holds it here. DOM hooks: each node data-node-id, each legend entry data-legend, a marked node data-highlight.
+// holds it here. DOM hooks: each node data-node-id, each legend entry data-legend, a marked node data-highlight,
+// the view data-scale (the drawing's scale).
 import {
-  TREE, TREE_LEGEND, Timeline, decodeFrames, edgePath, fitScale, holds, memorySegments, nodeClass, nodeLabel,
-  nodeSpot, treeSize,
+  TREE, TREE_LEGEND, Timeline, decodeFrames, edgePath, fitScale, focusBox, holds, memorySegments, nodeClass,
+  nodeLabel, nodeSpot, scrollToShow, treeSize,
 } from "./helpers.js";
 import { HOLD, announce, createPlayer, follow } from "./player.js";
 
@@ -22,12 +25,26 @@ function svgElement(tag, attributes = {}) {
 function newNode(key) {
   const g = svgElement("g");
   g.dataset.key = key;
+  const badge = svgElement("g", { class: "badge" }); // "2 locks", on the box's top edge
+  badge.append(svgElement("rect", { height: 20, rx: 10, y: -10 }), svgElement("text", { y: 5 }));
   g.append(svgElement("rect", { width: TREE.width, height: TREE.height, rx: 8 }),
     svgElement("text", { x: TREE.width / 2, y: 22, class: "head" }),
     svgElement("text", { x: TREE.width / 2, y: 41, class: "head" }),
     svgElement("text", { x: TREE.width / 2, y: 61, class: "tail" }),
-    svgElement("title"));
+    svgElement("title"), badge);
   return g;
+}
+
+// The locks of a node as a pill on its top edge, right-aligned: the words of the "in use" border.
+function drawBadge(badge, locks) {
+  badge.style.display = locks ? "" : "none";
+  const words = locks ? `${locks} lock${locks === 1 ? "" : "s"}` : "";
+  badge.children[1].textContent = words;
+  if (!locks) return;
+  const width = 12 + 8.6 * words.length; // 15 px text, about 8.6 px a character
+  badge.children[0].setAttribute("x", TREE.width - 4 - width);
+  badge.children[0].setAttribute("width", width);
+  badge.children[1].setAttribute("x", TREE.width - 4 - width / 2);
 }
 
 function legend(parent) {
@@ -43,6 +60,7 @@ function legend(parent) {
     box.append(entry);
   }
   parent.append(box);
+  return box;
 }
 
 function drawMemory(box, meta) {
@@ -80,7 +98,7 @@ function render({ model, el }) {
   el.classList.add("ts-view", "ts-radix");
   const link = model.get("link") ?? "";
   el.dataset.link = link;
-  legend(el);
+  const keys = legend(el);
   const program = document.createElement("div"); // the program step running (teachspec.program), if any
   program.className = "ts-program";
   const caption = document.createElement("div");
@@ -92,6 +110,7 @@ function render({ model, el }) {
   const out = zoomButton("−", "zoom out"), fit = zoomButton("fit", "fit the tree to the width"),
     into = zoomButton("+", "zoom in");
   zoom.append(out, fit, into);
+  keys.append(zoom); // at the legend's right end: a row less above the tree
   const svg = svgElement("svg", { class: "ts-tree" });
   const edges = svgElement("g", { class: "edges" });
   const nodes = svgElement("g", { class: "nodes" });
@@ -103,7 +122,7 @@ function render({ model, el }) {
   message.className = "ts-empty";
   const error = document.createElement("div");
   error.className = "ts-error";
-  el.append(program, caption, zoom, wrap, memory, message, error);
+  el.append(program, caption, wrap, memory, message, error);
 
   const timeline = new Timeline(decodeFrames(model.get("frames_json")));
   const boxes = new Map(), lines = new Map(); // item key -> its <g> and the <path> to its parent
@@ -113,9 +132,22 @@ function render({ model, el }) {
   function place() {
     const tall = parseFloat(getComputedStyle(wrap).maxHeight) || 440; // the view's height, before it scrolls
     const s = scale ?? Math.min(fitScale(size.width, wrap.clientWidth - 2), fitScale(size.height, tall - 4));
-    svg.setAttribute("width", Math.round(size.width * s));
-    svg.setAttribute("height", Math.round(size.height * s));
-    el.dataset.scale = s.toFixed(3);
+    // rounded up: the drawing's scale is never below s, so its labels never below 14 px
+    svg.setAttribute("width", Math.ceil(size.width * s));
+    svg.setAttribute("height", Math.ceil(size.height * s));
+    el.dataset.scale = s.toFixed(4);
+    out.disabled = s <= TREE.minScale + 1e-9;
+    into.disabled = s >= 3 - 1e-9;
+    keepFocus(s);
+  }
+
+  // Scroll the tree's box (never the page) so that the nodes the caption names are inside it, when the drawing is
+  // bigger than the box: a narrow box, a deep tree, a zoom.
+  function keepFocus(s) {
+    const box = state && focusBox(state.meta.focus, state.items);
+    if (!box) return;
+    wrap.scrollLeft = scrollToShow(box.left * s, box.right * s, wrap.scrollLeft, wrap.clientWidth);
+    wrap.scrollTop = scrollToShow(box.top * s, box.bottom * s, wrap.scrollTop, wrap.clientHeight);
   }
 
   function mark() {
@@ -149,8 +181,10 @@ function render({ model, el }) {
       g.children[1].setAttribute("y", one ? 30 : 22);
       g.children[2].textContent = one ? "" : label[1];
       g.children[3].textContent = tail;
+      const locks = item.locks ? ` (${item.locks} lock${item.locks === 1 ? "" : "s"}: in use)` : "";
       g.children[4].textContent = item.stub ? `${item.folded} nodes folded: the least recently used`
-        : item.text ?? (item.ids ? item.ids.join(" ") : `node ${item.id}`);
+        : `${item.text ?? (item.ids ? item.ids.join(" ") : `node ${item.id}`)}${locks}`;
+      drawBadge(g.children[5], item.stub ? 0 : item.locks ?? 0);
       const parent = item.parent && state.items.get(item.parent);
       if (parent) {
         let path = lines.get(item.key);
@@ -188,6 +222,7 @@ function render({ model, el }) {
     frame: model.get("frame"),
     link,
     timeline,
+    before: program, // under the legend: on screen whatever the tree's height
     onShow: (n) => {
       state = timeline.stateAt(n);
       draw();
@@ -230,8 +265,8 @@ function render({ model, el }) {
   };
   if (link) document.addEventListener(HOLD, onHold);
 
-  out.addEventListener("click", () => {
-    scale = Math.max(0.3, (scale ?? Number(el.dataset.scale)) / 1.25);
+  out.addEventListener("click", () => { // down to the fit, and never below 14 px labels
+    scale = Math.max(TREE.minScale, (scale ?? Number(el.dataset.scale)) / 1.25);
     place();
   });
   into.addEventListener("click", () => {

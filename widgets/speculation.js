@@ -74,6 +74,18 @@ export function detailRows(item) {
   return item.siblings.map((s) => ({ token: s.token, text: s.text, p: s.p, q: s.q, chosen: false }));
 }
 
+// The line under a selected token's bars, which must be true of the engine that made it: a guess not judged yet
+// has no p, and so no alternatives, whatever the engine records; a judged token without them comes from an engine
+// that recorded none (record_top=0), since one that records them does so at every judged position.
+export function note(item) {
+  if (item.siblings || item.node !== undefined) {
+    return "A tree step records no alternatives; TokenTreeView shows the whole tree of guesses.";
+  }
+  if (item.kind === "drafted") return "Waiting for the target pass: p and the alternatives come with the verdict.";
+  if (item.top_p || item.top_q || item.top_residual) return "";
+  return "The engine recorded no alternatives: build it with record_top=5 to see them.";
+}
+
 // A step's words: "6 guesses" for a chain, "a tree of 6 guesses" for a tree.
 export function guesses(step) {
   return `${step.tree ? "a tree of " : ""}${step.drafted} guess${step.drafted === 1 ? "" : "es"}`;
@@ -156,12 +168,10 @@ function drawDetail(box, item) {
     else tr.append(bar(row.p, "p", scale), bar(row.q, "q", scale));
     table.append(tr);
   }
-  const note = document.createElement("div");
-  note.className = "ts-note";
-  note.textContent = item.siblings || item.node !== undefined
-    ? "A tree step records no alternatives; TokenTreeView shows the whole tree of guesses."
-    : rows.length > 1 ? "" : "The engine recorded no alternatives: run it with record_top=5 to see them.";
-  box.replaceChildren(head, why, table, note);
+  const words = document.createElement("div");
+  words.className = "ts-note";
+  words.textContent = note(item);
+  box.replaceChildren(head, why, table, words);
 }
 
 // The chip's content: characters as they are, whitespace as faint glyphs (helpers.js chipParts); a rejected mark's
@@ -229,7 +239,8 @@ function drawLane(box, steps, current) {
     words);
 }
 
-// Scroll `box` (only it, never the page) so that `chip` lies inside it, centred when it had left the view.
+// Scroll `box` (only it, never the page) so that `chip` lies inside it, centred when it had left the view. A box
+// not laid out yet (a notebook drawing the output offscreen) is left alone: its ResizeObserver calls again.
 function keepInView(box, chip) {
   if (!chip || !box.clientHeight) return;
   const outer = box.getBoundingClientRect(), inner = chip.getBoundingClientRect();
@@ -242,7 +253,7 @@ function render({ model, el }) {
   el.classList.add("ts-view", "ts-spec");
   el.dataset.link = model.get("link") ?? "";
   legend(el);
-  const stats = div("ts-stats", el);
+  const stats = div("ts-stats", el); // the player goes in front of it: under the legend, always on screen
   const caption = div("ts-caption", el);
   const text = div("ts-text", el);
   const lane = div("ts-lane", el);
@@ -342,6 +353,7 @@ function render({ model, el }) {
     frame: model.get("frame"),
     link,
     timeline,
+    before: stats,
     onShow(n) {
       state = timeline.stateAt(n);
       focus = focusAt(timeline.frames, n, state.items);
@@ -378,10 +390,15 @@ function render({ model, el }) {
     if (first && !selected) keepInView(text, first);
   };
   if (link) document.addEventListener(HOLD, onHold);
+  // the text box gets its size (a cell scrolled into view, a window resized): the focus back into it
+  const resize = typeof ResizeObserver === "undefined" ? null
+    : new ResizeObserver(() => state && keepInView(text, chips.get(selected) ?? chips.get(focus)));
+  resize?.observe(text);
 
   const stop = follow(model, timeline, player, message, error);
   return () => {
     document.removeEventListener(HOLD, onHold);
+    resize?.disconnect();
     stop();
   };
 }

@@ -307,6 +307,7 @@ function render({ model, el }) {
     frame: model.get("frame"),
     link,
     timeline,
+    before: caption, // under the legend, as in the other views
     onShow: (n) => {
       shown = n;
       state = timeline.stateAt(n);

@@ -7,6 +7,8 @@
     TokenTreeView(log, decode=pair)                    each tree of guesses (tree=...): its verdicts, its accepted
                                                        path and the tree attention mask of its one target pass
     SpeculationView.live(engine.events, decode=pair)   the same, following a generation while it runs
+    side_by_side(tree_view, spec_view)                 two views side by side where the width allows: the tree
+                                                       and the text on screen together at 1280 x 720
     charts.acceptance_by_position(log)                 plotly figures of a whole run (see charts.py)
     view.to_svg(), chart.to_svg()                      still pictures, for pages that run no widget or plotly.js
 
@@ -29,14 +31,14 @@ Where things live, each module importing only those above it in this list:
     live.py     following a running log without slowing it                  page.py    a view as HTML
     base.py     ReplayView: a view's frames sent to the browser             layout.py  the tree's layout
     speculation.py, radix.py, token_tree.py   the views                     svg.py     tree and text as pictures
-    export.py   the views of a trace, and export_html                       measure.py, charts.py   numbers
+    export.py   views of a trace, side_by_side, export_html                 measure.py, charts.py   numbers
                                                                             chartsvg.py  a chart as a picture
 """
 
 from teachspec.widgets import charts
-from teachspec.widgets.export import export_html
+from teachspec.widgets.export import export_html, side_by_side
 from teachspec.widgets.radix import RadixTreeView
 from teachspec.widgets.speculation import SpeculationView
 from teachspec.widgets.token_tree import TokenTreeView
 
-__all__ = ["RadixTreeView", "SpeculationView", "TokenTreeView", "charts", "export_html"]
+__all__ = ["RadixTreeView", "SpeculationView", "TokenTreeView", "charts", "export_html", "side_by_side"]

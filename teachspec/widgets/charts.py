@@ -137,18 +137,25 @@ def tokens_per_pass(log: EventLog) -> Chart:
         return _nothing(fig, "target passes")
     fig.add_histogram(x=counts, xbins=dict(start=0.5, end=max(counts) + 0.5, size=1), marker_color=TARGET,
                       name="passes" + (" (the server's counters)" if server else ""))
+    # the two means as vertical lines named in the legend, not labelled on the plot: two close means would put
+    # their labels on each other and on the bars
+    tallest = max(counts.count(n) for n in set(counts))
     mean = sum(counts) / len(counts)
-    fig.add_vline(x=mean, line_dash="solid", line_color=COLORS["target"], annotation_text=f"measured mean {mean:.2f}")
+    _vertical(fig, mean, tallest, f"measured mean {mean:.2f}", dict(color=COLORS["target"], width=3))
     running = _running(log)
     alpha, k = (server.alpha, len(server.accepted_per_position)) if server else (running.alpha, running.k)
     if alpha is not None:
         k = max(1, round(k))
         predicted = float(theory.expected_tokens(alpha, k))
-        fig.add_vline(x=predicted, line_dash="dash", line_color=COLORS["formula"],
-                      annotation_text=f"Eq. (1): {predicted:.2f}",
-                      annotation_position="bottom right")
+        _vertical(fig, predicted, tallest, f"Eq. (1): {predicted:.2f}",
+                  dict(color=COLORS["formula"], width=3, dash="dash"))
     fig.update_xaxes(dtick=1)
     return fig
+
+
+def _vertical(fig: go.Figure, x: float, height: float, name: str, line: dict) -> None:
+    """A vertical line at x from 0 to `height`, as a trace the legend names."""
+    fig.add_scatter(x=[x, x], y=[0, height], mode="lines", name=name, line=line, hoverinfo="name")
 
 
 def timeline(log: EventLog) -> Chart:

@@ -109,7 +109,7 @@ def figure_svg(fig) -> str:
              if t.get("name") and t.get("showlegend", True) is not False]
     legend, x, row = [], 70, 0
     for name, color, t in named:
-        w = 44 + 0.56 * FONT * len(name)
+        w = 44 + 0.62 * FONT * len(name)  # a wide sans (DejaVu) is ~0.6 em a character: entries never touch
         if x + w > WIDTH - 10 and x > 70:
             x, row = 70, row + 1
         legend.append((x, row, name, color, t))
@@ -198,11 +198,11 @@ def figure_svg(fig) -> str:
         anchor = {"left": "start", "right": "end"}.get(a.get("xanchor"), "middle")
         x += {"start": 6, "end": -6}.get(anchor, 0)  # clear of the line it labels
         dy = {"bottom": -6, "top": FONT + 2}.get(a.get("yanchor"), 5)
-        out.append(f'<text x="{x:.1f}" y="{y + dy:.1f}" text-anchor="{anchor}" fill="#111827">'
+        out.append(f'<text class="annotation" x="{x:.1f}" y="{y + dy:.1f}" text-anchor="{anchor}" fill="#111827">'
                    f'{escape(str(a.get("text", "")))}</text>')
     skipped = len(traces) - len(shown)
     if skipped:
-        out.append(f'<text x="{right}" y="{height - 4}" text-anchor="end" font-size="12" fill="#6b7280">'
+        out.append(f'<text x="{right}" y="{height - 4}" text-anchor="end" font-size="14" fill="#6b7280">'
                    f'{skipped} trace(s) of a kind this picture does not draw; run the cell for the chart</text>')
     out.append("</svg>")
     return "\n".join(out)
@@ -298,10 +298,10 @@ def _draw_bars(t: dict, color: str, ax: _Axis, ay: _Axis, groups: int, group: in
         mid = pos_axis(p) + (group - (groups - 1) / 2) * thick * (-1 if horizontal else 1)
         v0, v1 = sorted((val_axis(b), val_axis(b + v)))
         if horizontal:
-            out.append(f'<rect x="{v0:.1f}" y="{mid - thick / 2:.1f}" width="{max(v1 - v0, 1):.1f}" '
+            out.append(f'<rect class="bar" x="{v0:.1f}" y="{mid - thick / 2:.1f}" width="{max(v1 - v0, 1):.1f}" '
                        f'height="{thick:.1f}" fill="{color}" stroke="white" stroke-width="0.5"/>')
         else:
-            out.append(f'<rect x="{mid - thick / 2 + 1:.1f}" y="{v0:.1f}" width="{max(thick - 2, 1):.1f}" '
+            out.append(f'<rect class="bar" x="{mid - thick / 2 + 1:.1f}" y="{v0:.1f}" width="{max(thick - 2, 1):.1f}" '
                        f'height="{max(v1 - v0, 0.5):.1f}" fill="{color}"/>')
             if text is not None:
                 out.append(f'<text x="{mid:.1f}" y="{v0 - 6:.1f}" text-anchor="middle">{escape(str(text))}</text>')

@@ -8,11 +8,13 @@ leaf's left stay where they are (its ancestors excepted, which re-centre over th
 right shift one column, and the leaves keep their order. A split puts a new node above the one it cuts, so that
 subtree moves down one row, and nothing moves sideways. (tests/test_widgets_layout.py checks all of this.)
 
-Folding: a few hundred nodes are too many to read (and to animate), so at most `max_nodes` are drawn. The most
-recently touched nodes are kept, each with its path to the root, in that order until the next would not fit;
-nodes deeper than `max_depth` are never kept. A kept node whose children are not all kept gets one "+N" stub, its
-last child, standing for the N nodes folded under it. Every step is deterministic, so replaying a log always
-draws the same pictures.
+Folding: a few hundred nodes are too many to read (and to animate), so at most `max_nodes` are drawn, in at most
+`max_columns` columns: a wide tree would otherwise shrink its labels below what the back of a lecture hall can
+read, or run off the side of its box. The nodes of the event on screen (`focus`: the ones its caption names) are
+always kept, each with its path to the root; then the most recently touched nodes, in that order until the next
+would not fit; nodes deeper than `max_depth` are never kept. A kept node whose children are not all kept gets one
+"+N" stub, its last child, standing for the N nodes folded under it. Every step is deterministic, so replaying a
+log always draws the same pictures.
 
 The view folds after every event, so folding must not cost O(all nodes): a tree of thousands of nodes would then
 take minutes to replay. The nodes carry their depth and their subtree's size, kept up to date by the view as
@@ -50,15 +52,22 @@ class Spot:
 
 
 def fold(nodes: Mapping[int, TreeNode], recent: Iterable[int], max_nodes: int, max_depth: int,
-         root: int = 0) -> Fold:
-    """Which nodes to draw (the `recent` ones, most recent first, and their paths), and "+N" stubs for the rest."""
+         root: int = 0, max_columns: int | None = None, focus: Iterable[int] = ()) -> Fold:
+    """Which nodes to draw (the `focus` ones whatever the budget, then the `recent` ones, most recent first, each
+    with its path), and "+N" stubs for the rest."""
     kept, shown = {root}, {root: 0}  # shown[n]: how many of n's children are kept
 
     def stub(n: int, extra: int = 0) -> bool:
         return len(nodes[n].children) > shown[n] + extra
 
-    stubs = int(stub(root))
-    for node in recent:
+    def own(n: int, extra: int = 0) -> int:
+        """The columns n takes of its own: one if no child of it is kept (as a leaf, or over its stub), else its
+        stub's (its kept children count for themselves)."""
+        return 1 if shown[n] + extra == 0 else int(stub(n, extra))
+
+    focus = [n for n in focus if n in nodes]
+    stubs, columns = int(stub(root)), 1
+    for rank, node in enumerate([*focus, *recent]):
         if node == root or nodes[node].depth > max_depth:
             continue
         chain = []  # node and its ancestors up to (not including) the first kept one, bottom to top
@@ -71,13 +80,17 @@ def fold(nodes: Mapping[int, TreeNode], recent: Iterable[int], max_nodes: int, m
         # stubs after adding the chain: its top's parent shows one more child; each chain node shows one child,
         # except the bottom one, which shows none yet
         added = stub(n, 1) - stub(n) + sum(len(nodes[c].children) > (i > 0) for i, c in enumerate(chain))
-        if len(kept) + len(chain) + stubs + added > max_nodes:
+        # columns likewise: the bottom one takes a column, a chain node above it one more if it gets a stub
+        wider = own(n, 1) - own(n) + 1 + sum(len(nodes[c].children) > 1 for c in chain[1:])
+        over = len(kept) + len(chain) + stubs + added > max_nodes or (
+            max_columns is not None and columns + wider > max_columns)
+        if over and rank >= len(focus):  # the focus is drawn whatever it costs
             break
-        stubs += added
+        stubs, columns = stubs + added, columns + wider
         shown[n] += 1
-        for i, c in enumerate(chain):
+        for j, c in enumerate(chain):
             kept.add(c)
-            shown[c] = int(i > 0)
+            shown[c] = int(j > 0)
 
     folded = {}
     for n in kept:

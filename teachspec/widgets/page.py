@@ -7,7 +7,9 @@ speed, with every request to anywhere refused (tests/browser/test_offline.py che
 Chromium). Views of one log step together there as in a notebook: their front end links them by `link`.
 
     view.to_html("replay.html")                                    one view (base.py)
-    export_html([spec_view, tree_view], "replay.html")             several, one under the other (export.py)
+    export_html([spec_view, tree_view], "replay.html")             several (export.py): side by side where the
+                                                                   width allows, as export.side_by_side lays
+                                                                   them out in a notebook
 
 The page hands each view's `render` a small stand-in for the widget model: `get` reads the saved traits, `set`
 keeps the frame the player is on, and nothing is ever sent, because nobody listens. A view puts its fragment in
@@ -43,7 +45,8 @@ def fragment(view: Any) -> str:
     # "<" escaped inside the JSON, so no text in a frame can close the <script> that holds it
     data = json.dumps(state, ensure_ascii=False).replace("<", "\\u003c")
     frames = view.frames_json.decode("utf-8").replace("<", "\\u003c")
-    return f"""<div class="teachspec-export">
+    wide = " ts-wide" if getattr(view, "wide", False) else ""  # a view that needs a row of its own
+    return f"""<div class="teachspec-export{wide}">
 <style>{view._css}</style>
 <div id="ts-{key}"></div>
 <script type="application/json" id="ts-{key}-state">{data}</script>
@@ -63,8 +66,8 @@ def fragment(view: Any) -> str:
 
 
 def write(views: list[Any], path: str | Path, title: str = "teachspec replay") -> Path:
-    """`views`, one under the other, as one HTML page at `path`; returns the path."""
-    body = "\n".join(fragment(view) for view in views)
+    """`views` as one HTML page at `path`, side by side where the width allows (teachspec.css); returns the path."""
+    body = '<div class="ts-side-by-side">\n' + "\n".join(fragment(view) for view in views) + "\n</div>"
     page = (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">\n<title>{html.escape(title)}'
             f'</title>\n</head>\n<body style="margin: 8px 16px">\n<h1 style="font: 600 18px sans-serif">'

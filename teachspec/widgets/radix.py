@@ -24,10 +24,14 @@ Above the tree a line names the program step running (ProgramStep and ProgramSpa
 teachspec.program), so the tree is seen growing call by call.
 
 Below the tree a memory bar splits a token `budget` into in use (locked), cached (evictable) and free. The layout
-(layout.py) is computed here, in Python, and stays put as the tree grows; big trees fold into "+N" stubs.
-`to_svg()` draws any frame as a static picture, with Graphviz when its `dot` program is installed (svg.py).
+(layout.py) is computed here, in Python, and stays put as the tree grows; big trees fold into "+N" stubs, and so
+do wide ones: at most `columns` leaves side by side, so that the tree fits its box with labels of 14 px or more.
+The nodes the caption names are always drawn, and the browser scrolls the box to them if it is narrower still
+(widgets/radix.js). `to_svg()` draws any frame as a static picture, with Graphviz when its `dot` program is
+installed (svg.py).
 
     view = RadixTreeView(log, decode=pair, budget=2048)
+    view = RadixTreeView(log, decode=pair, columns=BESIDE)    beside a SpeculationView (export.side_by_side)
 """
 
 from __future__ import annotations
@@ -55,6 +59,11 @@ class Node:
     weight: int = 0                     # tokens in its subtree                   } folding never walks the tree
 
 
+# Leaves side by side. At 1280 x 720 a notebook's output beside JupyterLab's file browser is about 845 px wide: 6
+# columns of radix.js's boxes at 14 px labels; half of it, beside the text (export.side_by_side), holds 3.
+COLUMNS, BESIDE = 6, 3
+
+
 class RadixTreeView(ReplayView):
     _esm = assets.module("helpers.js", "player.js", "radix.js")
     _css = assets.stylesheet("teachspec.css")
@@ -62,17 +71,21 @@ class RadixTreeView(ReplayView):
     nothing = "No radix cache events in this log yet: give the RadixCache this log as its events."
 
     def __init__(self, log=None, decode=None, budget: int | None = None, max_nodes: int = 150,
-                 max_depth: int = 16, interval: float = 0.05, pair=None):
+                 max_depth: int = 16, interval: float = 0.05, pair=None, columns: int | None = COLUMNS):
         if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget < 0):
             raise ValueError(f"budget must be a number of tokens >= 0, or None for no memory bar, got {budget!r}")
         if not isinstance(max_nodes, int) or max_nodes < 2:
             raise ValueError(f"max_nodes must be an int >= 2 (the root and one '+N' stub), got {max_nodes!r}")
         if not isinstance(max_depth, int) or max_depth < 1:
             raise ValueError(f"max_depth must be an int >= 1, got {max_depth!r}")
-        self.budget, self.max_nodes, self.max_depth = budget, max_nodes, max_depth
+        if columns is not None and (not isinstance(columns, int) or isinstance(columns, bool) or columns < 1):
+            raise ValueError(f"columns must be an int >= 1 (leaves side by side), or None for no limit, "
+                             f"got {columns!r}")
+        self.budget, self.max_nodes, self.max_depth, self.columns = budget, max_nodes, max_depth, columns
         self.nodes: dict[int, Node] = {0: Node(0, None, 0, [])}
         self._recency: dict[int, None] = {}            # node ids, least recently touched first (folding keeps
         self._touched: set[int] = set()                # the recent ones); and those the current event touched
+        self._focus: list[int] = []                    # the nodes the current event's caption names: always drawn
         self.total = self.protected = 0                # tokens cached, and locked among them
         self._sequences: dict[int, list[int]] = {}     # request -> its prompt and new tokens so far
         self._gone: dict[int, int] = {}                # evicted node id -> the event that evicted it
@@ -103,6 +116,7 @@ class RadixTreeView(ReplayView):
         for node_id in sorted(self._touched, reverse=True):  # the newest last; among them, the smallest id
             self._recency.pop(node_id, None)
             self._recency[node_id] = None
+        self._focus = sorted(self._touched)
         self._touched.clear()
         self._replace(self._drawn())
         return caption
@@ -164,6 +178,7 @@ class RadixTreeView(ReplayView):
                                  f"evicted; node {e.node} hangs under {gone.parent}, has {len(gone.children)} "
                                  f"children and {gone.locks} locks")
             self.total -= gone.tokens
+            self._touch([gone, node(e.parent)])  # the caption names both: they are drawn, the leaf fading
             self._fading, self._gone[e.node] = e.node, index
             self._marks[e.node] = "evicted"
             return f"evict: node {e.node} is dropped, freeing {gone.tokens} tokens"
@@ -268,7 +283,8 @@ class RadixTreeView(ReplayView):
 
     def _drawn(self) -> dict[str, dict]:
         """The items to draw: the kept nodes where the layout puts them, and the "+N" stubs."""
-        folded = layout.fold(self.nodes, reversed(self._recency), self.max_nodes, self.max_depth)
+        folded = layout.fold(self.nodes, reversed(self._recency), self.max_nodes, self.max_depth,
+                             max_columns=self.columns, focus=self._focus)
         spots, stubs = layout.place(self.nodes, folded)
         matched = set(self._matched)
         items = {}
@@ -297,7 +313,8 @@ class RadixTreeView(ReplayView):
         return {"nodes": len(self.nodes) - 1 - (self._fading is not None), "total": self.total,
                 "in_use": self.protected, "cached": cached, "budget": self.budget,
                 "free": None if self.budget is None else self.budget - self.total,
-                "match": self._match_length, "program": self._program}
+                "match": self._match_length, "program": self._program,
+                "focus": [f"n{i}" for i in self._focus]}  # what the browser keeps in view (radix.js)
 
     # -- a static picture ----------------------------------------------------------------------------------------
 

@@ -87,6 +87,7 @@ class _Kids:
 class TokenTreeView(ReplayView):
     _esm = assets.module("helpers.js", "player.js", "token_tree.js")
     _css = assets.stylesheet("teachspec.css")
+    wide = True  # its tree and its mask need a page's whole width, never half of it (page.py)
 
     nothing = ("No tree of guesses in this log yet: generate with tree=(2, 2), tree='dynamic' or tree='adaptive' "
                "on an Engine whose events are this log.")

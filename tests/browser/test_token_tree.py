@@ -8,7 +8,7 @@ Chromium then checks, through the view's DOM hooks (data-node, data-row, data-co
 - the tree-step buttons go to the end of a step and back, and the verdicts drawn then are the step's events';
 - the player's own back and forward buttons step one frame;
 - everything fits: the view inside 1280 x 720, every node inside the tree's panel, every label 14 px or more (less
-  0.05 px: the drawing's size is rounded to whole pixels).
+  0.05 px: the drawing's size is rounded to whole pixels), and so is every other text of the view.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from test_jupyterlab import CHROMIUM, FLAGS, run_all_cells, write_notebook, lab, shots  # noqa: F401 (lab and shots are fixtures)
+from test_lecture_hall import SMALL_TEXT
 from test_offline import offline_page
 from teachspec.engine import Engine
 from teachspec.events import Accept, EventLog, Reject, TreeDraft
@@ -148,6 +149,7 @@ def test_the_exported_page_draws_each_tree_and_steps_through_them(trace, tmp_pat
         view.locator("g[data-node='1']").hover()  # a node marks its mask row and the nodes that row sees
         assert view.locator("tr[data-row='1'][data-highlight]").count() == 1
         assert view.locator("g[data-node='0'][data-highlight]").count() == 1
+        assert not page.evaluate(SMALL_TEXT, [view.element_handle()])  # every text 14 px or more
         view.screenshot(path=str(shots / "token_tree.png"))
         browser.close()
     assert not blocked and not errors, (blocked, errors)

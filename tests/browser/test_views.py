@@ -92,12 +92,12 @@ def check_tree_fits_and_reads(page, tree) -> None:
         page.wait_for_timeout(450)  # nodes glide to their places (a 400 ms transition)
         nodes = tree.locator("g[data-node-id]")
         assert nodes.count() >= 1
-        for i in range(nodes.count()):
-            assert inside(page, nodes.nth(i).locator("rect"), wrap), \
+        for i in range(nodes.count()):  # each node's box (its own rect, not its lock badge's)
+            assert inside(page, nodes.nth(i).locator(":scope > rect"), wrap), \
                 f"tree frame {n}: node {nodes.nth(i).get_attribute('data-node-id')} lies outside the tree view"
         sizes = page.evaluate("""(el) => [...el.querySelectorAll('g[data-node-id] text')].filter(t => t.textContent)
-            .map(t => parseFloat(getComputedStyle(t).fontSize) * Number(el.dataset.scale))""", tree.element_handle())
-        assert sizes and min(sizes) >= 14 - 1e-6, f"tree frame {n}: labels of {min(sizes):.1f} px"
+            .map(t => parseFloat(getComputedStyle(t).fontSize) * t.getScreenCTM().a)""", tree.element_handle())
+        assert sizes and min(sizes) >= 14 - 0.05, f"tree frame {n}: labels of {min(sizes):.2f} px"  # as drawn
     legend = {tree.locator("[data-legend]").nth(i).get_attribute("data-legend")
               for i in range(tree.locator("[data-legend]").count())}
     assert legend >= {"matched", "new", "split", "locked", "evicted", "stub"}, legend

@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { detailRows, explain, guesses, place, refusedTokens } from "../../widgets/speculation.js";
+import { detailRows, explain, guesses, note, place, refusedTokens } from "../../widgets/speculation.js";
 
 // Two children of one node refused at position 13: node 3 "default", then node 4 " __"; node 5, drawn
 // independently, held " __" again and was refused too (the residual has nothing left there).
@@ -49,4 +49,15 @@ test("a step says how it guessed", () => {
   assert.equal(guesses({ drafted: 6, tree: true }), "a tree of 6 guesses");
   assert.equal(guesses({ drafted: 1 }), "1 guess");
   assert.equal(guesses({ drafted: 3 }), "3 guesses");
+});
+
+test("the note under the bars is true: a guess waits for p, a token without alternatives had none", () => {
+  const top = [[4, 0.5, "x"], [7, 0.3, "y"], [9, 0.1, "z"]];
+  assert.equal(note({ kind: "accepted", token: 4, p: 0.5, q: 0.5, top_p: top, top_q: top }), "");
+  assert.equal(note({ kind: "resampled", token: 4, top_residual: top }), "");
+  // a guess not judged yet has no p at all, whatever record_top the engine has (lecture 7 records 3)
+  assert.match(note({ kind: "drafted", token: 4, q: 0.5 }), /^Waiting for the target pass/);
+  // judged without alternatives: the engine recorded none
+  assert.match(note({ kind: "bonus", token: 4, p: 1, top_p: null }), /recorded no alternatives.*record_top=5/);
+  assert.match(note(mark), /TokenTreeView/);
 });

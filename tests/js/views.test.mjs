@@ -4,7 +4,8 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import {
-  TREE, chipParts, fitScale, focusAt, frameAtEvent, holds, laneRows, nodeLabel, promptSummary, stepKey,
+  TREE, chipParts, fitScale, focusAt, focusBox, frameAtEvent, holds, laneRows, nodeLabel, nodeSpot, promptSummary,
+  scrollToShow, stepKey,
 } from "../../widgets/helpers.js";
 
 const frame = (event, put = [], drop = []) => ({ event, caption: "", put, drop });
@@ -87,6 +88,20 @@ test("a node's label wraps its text over two lines and ends in … only when it 
   assert.ok(lines[0].startsWith("␣the") && lines[1].endsWith("…"), lines);
   assert.deepEqual(nodeLabel(node("a b c d e f g h i j k")).lines.join(""), "a␣b␣c␣d␣e␣f␣g␣h␣i␣j␣k");
   assert.deepEqual(nodeLabel({ parent: null, id: 0 }).lines, ["root"]);
+  // the locks are a badge of their own (radix.js): "#3 · 5 tok · 2 locks" would not fit a box
+  assert.equal(nodeLabel({ ...node("hello"), locks: 2 }).tail, "#3 · 5 tok");
+});
+
+test("the tree's box follows the nodes the caption names, and stays put while they are in view", () => {
+  const items = new Map([["n0", { x: 1, y: 0 }], ["n12", { x: 5, y: 1 }], ["n13", { x: 5, y: 2 }]]);
+  const box = focusBox(["n12", "n13", "n99"], items); // n99: not drawn, left out
+  assert.deepEqual(box, { left: nodeSpot({ x: 5 }).x, top: nodeSpot({ y: 1 }).y,
+    right: nodeSpot({ x: 5 }).x + TREE.width, bottom: nodeSpot({ y: 2 }).y + TREE.height });
+  assert.equal(focusBox([], items), null);
+  assert.equal(focusBox(["n99"], items), null);
+  assert.equal(scrollToShow(100, 200, 50, 400), 50); // inside: no scroll, so a steady tree does not jump
+  assert.equal(scrollToShow(700, 800, 50, 400), 550); // outside: centred on it
+  assert.equal(scrollToShow(10, 60, 300, 400), 0); // never before the start
 });
 
 test("the tree fits the width but never shrinks its 15 px text below 14 px", () => {
