@@ -23,6 +23,16 @@ class Chat:
 
     def __init__(self, engine: Engine, system: str = "", user: str = "User: ", assistant: str = "\nAssistant:",
                  template: bool | None = None):
+        if not isinstance(engine, Engine):
+            raise TypeError(f"engine must be an Engine, e.g. Chat(Engine(load_pair('tiny'))), got "
+                            f"{type(engine).__name__} {engine!r}")
+        for name, value in (("system", system), ("user", user), ("assistant", assistant)):
+            if not isinstance(value, str):
+                raise TypeError(f"{name} must be a string (the text the plain layout puts there; '' for none), got "
+                                f"{type(value).__name__} {value!r}")
+        if template is not None and not isinstance(template, bool):
+            raise TypeError(f"template must be None (the tokenizer's chat template when it has one), True or False, "
+                            f"got {type(template).__name__} {template!r}")
         self.engine, self.user, self.assistant = engine, user, assistant
         pair = engine.pair
         if template and not pair.chat_template:

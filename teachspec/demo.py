@@ -4,6 +4,11 @@ The demo subscribes to the engine's event log (the same events the notebook widg
 decision as it happens: accepted guesses in green, rejected ones struck through in red, the token resampled from
 the residual in yellow, the bonus token in cyan. Then it runs plain decoding on the same prompt and prints both
 timings side by side, and says so when the machine was too busy for them to mean anything (`teachspec.busy`).
+
+It reports one yield per pass, `Stats.tokens_per_target_pass`: every token generated / every target pass, the
+prefill's first token included (the quantity Eq. 1 predicts, under the same name in the views and the README).
+`Stats.mean_acceptance_length`, vLLM's name for the same ratio counted over speculation steps alone, is not
+printed beside it: two numbers that sound alike and differ would only confuse.
 """
 
 from __future__ import annotations
@@ -59,12 +64,12 @@ def run(pair, prompt: str, max_new_tokens: int, temperature: float, k, speculate
     label = f"speculative ({speculate}, k={k}):" if speculate else "the engine, no drafter:"
     print(f"{label} {s.new_tokens} tokens in {s.wall_s:.3f} s, "
           f"{s.tokens_per_s:.0f} tokens/s, {s.target_passes} target passes, {s.tokens_per_target_pass:.2f} "
-          f"tokens per pass", file=out)
+          f"tokens per target pass", file=out)
     print(f"plain decoding:          {p.new_tokens} tokens in {p.wall_s:.3f} s, {p.tokens_per_s:.0f} tokens/s, "
           f"{p.target_passes} target passes", file=out)
     if temperature == 0:
         print(f"identical to plain greedy decoding: {spec.tokens == plain.tokens}", file=out)
-    print(f"alpha {s.alpha:.2f}, mean acceptance length {s.mean_acceptance_length:.2f}, c {c:.2f}, "
+    print(f"alpha {s.alpha:.2f}, c {c:.2f}, "
           f"measured speedup {p.wall_s / s.wall_s * s.new_tokens / max(1, p.new_tokens):.2f}x, "
           f"formula at k={round(k_mean)}: {speedup(min(1.0, s.alpha), round(k_mean), c):.2f}x"
           if s.drafted else "nothing was drafted", file=out)

@@ -325,16 +325,18 @@ class Engine:
         rule = StopRule(self.pair.eos, stop_strings(stop), self.pair.decode)
         drafter = self.drafter(speculate, ngram)
         tree = check_tree(tree, speculate)
-        if tree == "adaptive":  # what it has learnt of acceptance and pass costs carries over, as for chains
-            tree = self.adaptive.setdefault(("tree", speculate, params), AdaptiveTree())
-        if k == "adaptive" and drafter is not None:
-            # what the adaptive policy has learnt about alpha and the costs carries over between requests
-            policy = self.adaptive.setdefault((speculate, params), Adaptive())
-        else:
-            policy = make_policy(k if drafter is not None else 0)
         ids = self.checked_prompt(prompt, max_new_tokens)
+        seed = check_seed(seed)
+        learnt = k == "adaptive" and drafter is not None
+        policy = None if learnt else make_policy(k if drafter is not None else 0)
+        # Everything is checked: only now may a learnt policy be made for this setting. What it has learnt of
+        # acceptance and the pass costs carries over between requests, for chains and trees alike.
+        if tree == "adaptive":
+            tree = self.adaptive.setdefault(("tree", speculate, params), AdaptiveTree())
+        if learnt:
+            policy = self.adaptive.setdefault((speculate, params), Adaptive())
         generator = torch.Generator(device=self.pair.device)
-        generator.manual_seed(check_seed(seed))
+        generator.manual_seed(seed)
         r = Request(self.next_id(), ids, max_new_tokens, params, rule, drafter, policy, generator, tree=tree)
         with self.running(r):
             while not r.done:
@@ -375,13 +377,6 @@ class Engine:
             waiting.remove(i)
             results[i] = self.generate(prompts[i], budgets[i], **generate)
         return results
-
-    def score(self, prompt: str | list[int], continuations: list):
-        """The target's log-probability of each continuation after `prompt` (see `teachspec.program.score`, where
-        the program language's `select` uses it)."""
-        from teachspec.program.score import score  # the program layer's job, offered here for convenience
-
-        return score(self, prompt, continuations)
 
     # -- what the public calls share -----------------------------------------------------------------------------
 

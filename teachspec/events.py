@@ -12,7 +12,7 @@ Request lifecycle
                   ms (wall time of the prefill)
     Finish        new_tokens (count), reason ("eos" | "length" | "score"), ms (wall time of the whole request)
     Score         position (index of the continuation's first token), tokens (the continuation's ids), logprobs
-                  (the target's log-probability of each): `Engine.score` rates continuations of a prompt instead
+                  (the target's log-probability of each): `program.score.score` rates continuations of a prompt instead
                   of generating one; its request is RequestStart (the prompt), a Prefill each time the prompt is
                   computed (once with the radix cache, once per continuation without), a Score per continuation,
                   and Finish with reason "score"
@@ -81,6 +81,7 @@ that names the file, the line and the problem.
 from __future__ import annotations
 
 import json
+import math
 import time
 import types
 import typing
@@ -415,9 +416,13 @@ class EventLog:
     def load(cls, path: str | Path) -> "EventLog":
         """Read a trace written by `save`, checking every line before anything is returned (see the module
         docstring); a TraceError names the file, the line and the problem."""
+        if not isinstance(path, (str, Path)):
+            raise TypeError(f"path must be the trace file's path (a str or Path), got {type(path).__name__} {path!r}")
         path = Path(path)
         if not path.exists():
             raise FileNotFoundError(f"trace file {str(path)!r} does not exist")
+        if not path.is_file():
+            raise IsADirectoryError(f"trace file {str(path)!r} is a folder; give the .jsonl file inside it")
         data = path.read_bytes()
         try:
             text = data.decode("utf-8").removeprefix("\ufeff")  # an editor's byte-order mark is harmless
@@ -464,10 +469,26 @@ _SCHEMA = {kind: _schema(cls) for kind, cls in KINDS.items()}  # read once, at i
 
 def _parse(line: str, where: str) -> Any:
     try:
-        return json.loads(line)
+        return json.loads(line, parse_constant=_not_a_number, parse_float=_finite)
     except json.JSONDecodeError as error:
         raise TraceError(f"{where}: not JSON ({error.msg} at column {error.colno}); the file may be truncated or "
                          f"corrupted") from None
+    except ValueError as error:  # NaN or Infinity, which Python's json reads but JSON has not
+        raise TraceError(f"{where}: {error}") from None
+    except RecursionError:
+        raise TraceError(f"{where}: JSON nested too deeply to read (an event is a flat object of numbers, strings "
+                         f"and short lists); the file is corrupted") from None
+
+
+def _not_a_number(name: str):
+    raise ValueError(f"{name} is not a JSON number (every number in a trace is finite); the file is corrupted")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999: valid JSON, but no time or probability is that large
+        raise ValueError(f"{text} is too large for a number of a trace (it reads as infinity); the file is corrupted")
+    return value
 
 
 def _from_version_1(row: Any) -> list:

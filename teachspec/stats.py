@@ -4,8 +4,10 @@ For speculative decoding (Leviathan et al. 2023; vLLM's metrics):
 - alpha, the acceptance rate: accepted / judged guesses, where a guess is judged if every guess before it was
   accepted (guesses after a rejection are thrown away unseen). That is the per-token acceptance probability the
   speedup formula assumes; accepted / drafted would count the unseen guesses as failures and understate it;
-- mean acceptance length: 1 + accepted / drafts, the tokens a target pass yields counting the bonus (vLLM);
-- tokens per target pass: all emitted tokens / target forward passes, the quantity the speedup formula predicts.
+- tokens per target pass: all emitted tokens / target forward passes, the quantity the speedup formula predicts;
+  the name the demo, the views and the README use;
+- mean acceptance length: vLLM's name for 1 + accepted / drafts, the same ratio counted over speculation steps
+  alone (no prefill, no plain steps, no step cut short by a stop), so a little above tokens per target pass.
 Plain decoding is the k = 0 case: one token per target pass, nothing drafted.
 
 The first step of a generation also reads the prompt (both models' prefill) and yields the first token; serving

@@ -13,6 +13,7 @@ from torch.overrides import TorchFunctionMode
 
 from teachspec.decode import decode
 from teachspec.engine import Engine
+from teachspec.program.score import score
 from teachspec.sampling import SamplingParams
 from teachspec.speculative.verify import verify, verify_batch
 
@@ -60,7 +61,7 @@ def test_every_tensor_the_engine_makes_is_placed(temperature, top_k, top_p):
             engine.generate(prompt, 12, temperature=temperature, top_k=top_k, top_p=top_p, speculate=speculate,
                             tree=(2, 2), seed=0)
         engine.generate(PROMPT + [5, 6], 6, temperature=temperature, speculate="model", k=2, seed=1)  # a reuse
-        engine.score(PROMPT, [[1, 2, 3], [4]])
+        score(engine, PROMPT, [[1, 2, 3], [4]])
         decode(engine.pair.target, PROMPT, 6, SamplingParams(temperature, top_k, top_p), torch.Generator(), None,
                engine.pair.vocab_size)
     assert watch.unplaced == []

@@ -8,6 +8,7 @@ from teachspec import Engine, load_pair
 from teachspec.chat import Chat
 from teachspec.decode import generate as plain_generate
 from teachspec.program import gen, run
+from teachspec.program.score import score
 
 PROMPT = "def parse(path):\n    with open(path) as f:\n       "
 NEXT = "Return a new dictionary"
@@ -15,7 +16,7 @@ NEXT = "Return a new dictionary"
 OPERATIONS = {
     "generate": lambda e: e.generate(PROMPT + " return", 12, speculate="model", k=3, temperature=1.0, seed=1),
     "serve": lambda e: e.serve([PROMPT + " x", PROMPT + " y"], max_new_tokens=6, speculate="ngram", k=2),
-    "score": lambda e: e.score(PROMPT, [" yes", " no"]),
+    "score": lambda e: score(e, PROMPT, [" yes", " no"]),
     "chat": lambda e: Chat(e, system="Be brief.").say("Hi", 6, speculate="model", k=2),
 }
 
@@ -80,7 +81,7 @@ CALLS = {
     "Engine.generate": lambda pair: Engine(pair).generate(NEXT, 8, temperature=1.0),
     "decode.generate": lambda pair: plain_generate(NEXT, 8, temperature=1.0, pair=pair),
     "Engine.serve": lambda pair: Engine(pair).serve([NEXT, PROMPT], max_new_tokens=4, temperature=1.0),
-    "Engine.score": lambda pair: Engine(pair).score(NEXT, [" a", " b"]),
+    "program.score": lambda pair: score(Engine(pair), NEXT, [" a", " b"]),
     "Chat.say": lambda pair: Chat(Engine(pair)).say("Hi", 4, temperature=1.0),
     "program.run": lambda pair: run(lambda s: s.__iadd__(NEXT).__iadd__(gen("x", 4, temperature=1.0)),
                                     engine=Engine(pair), seed=None),

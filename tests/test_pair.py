@@ -81,7 +81,7 @@ def test_unknown_name_lists_the_bundled_pairs():
 
 
 def test_missing_folder_names_the_parameter(tmp_path, model_dir):
-    with pytest.raises(FileNotFoundError, match="draft=.*no model found"):
+    with pytest.raises(FileNotFoundError, match="draft=.*no such folder"):
         load_pair(target=model_dir("llama"), draft=tmp_path / "missing")
 
 

@@ -11,6 +11,7 @@ import torch
 from teachspec.engine import Engine
 from teachspec.events import ProgramSpan, ProgramStep
 from teachspec.program import ProgramError, assistant, gen, run, run_batch, select, system, user
+from teachspec.program.score import score
 from test_engine import make_pair
 
 
@@ -87,14 +88,14 @@ def test_select_agrees_with_a_direct_comparison_of_summed_log_probs(pair):
 def test_score_computes_the_prompt_once_and_reuses_it_for_every_continuation(pair):
     prompt = list(range(100, 160))
     tails = [[5, 6, 7], [5, 6, 8], [9], [5]]  # shared first tokens, and a tail inside another's
-    on = Engine(pair, cache_tokens=4096).score(prompt, tails)
-    off = Engine(pair, cache_tokens=0).score(prompt, tails)
+    on = score(Engine(pair, cache_tokens=4096), prompt, tails)
+    off = score(Engine(pair, cache_tokens=0), prompt, tails)
     assert [s.stats.cached_tokens for s in off] == [0] * 4
     assert on[0].stats.cached_tokens == 0
     assert [s.stats.cached_tokens for s in on[1:]] == [len(prompt)] * 3  # the prompt, computed by the first
     again = Engine(pair, cache_tokens=4096)
-    again.score(prompt, tails[:1])
-    assert again.score(prompt + [3], tails)[0].stats.cached_tokens == len(prompt)  # stored for the next call
+    score(again, prompt, tails[:1])
+    assert score(again, prompt + [3], tails)[0].stats.cached_tokens == len(prompt)  # stored for the next call
     for a, b, tail in zip(on, off, tails):
         assert a.tokens == b.tokens == tail
         assert a.logprob == pytest.approx(b.logprob, abs=1e-4)
@@ -268,8 +269,8 @@ def test_run_and_score_refuse_bad_arguments(pair):
         run_batch(quiz, [{"question": "q", "branches": 1}], engine=engine, k=-1)
     assert len(engine.events) == 0  # refused before anything ran
     with pytest.raises(ValueError, match="continuations must be a non-empty list"):
-        engine.score([1, 2], [])
+        score(engine, [1, 2], [])
     with pytest.raises(ValueError, match=r"continuations\[1\] is '', which holds no token"):
-        engine.score([1, 2], [" a", ""])
+        score(engine, [1, 2], [" a", ""])
     with pytest.raises(ValueError, match="outside the vocabulary"):
-        engine.score([1, 2], [[5, 99999]])
+        score(engine, [1, 2], [[5, 99999]])

@@ -20,7 +20,6 @@ imports being this one (PYTHONPATH=. from a checkout). It prints each notebook's
 from __future__ import annotations
 
 import copy
-import sys
 import time
 from pathlib import Path
 
@@ -105,10 +104,16 @@ def pin(paths: list[Path], strip_only: bool = False, timeout: int = 600):
 
 
 def main(argv: list[str] | None = None) -> None:
-    """`python -m teachspec.course.pin ...` is `teachspec pin ...`."""
-    from teachspec.cli import main as teachspec
+    """`python -m teachspec.course.pin ...` is `teachspec pin ...`: the same parser (`teachspec.arguments`)."""
+    from teachspec.arguments import run_course
 
-    teachspec(["pin", *(sys.argv[1:] if argv is None else argv)])
+    run_course("pin", command, argv)
+
+
+def command(args) -> None:
+    """`teachspec pin`, its arguments parsed (`teachspec.arguments.pin_arguments`)."""
+    for line in pin(args.notebooks, strip_only=args.strip, timeout=args.timeout):
+        print(line)
 
 
 if __name__ == "__main__":

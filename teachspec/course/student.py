@@ -17,7 +17,6 @@ writes OUT (default: assignments/student/<name>.ipynb, beside the solution).
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 import nbformat
@@ -88,10 +87,15 @@ def write(solution: Path, out: Path | None = None) -> Path:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """`python -m teachspec.course.student ...` is `teachspec student ...`."""
-    from teachspec.cli import main as teachspec
+    """`python -m teachspec.course.student ...` is `teachspec student ...`: the same parser (`teachspec.arguments`)."""
+    from teachspec.arguments import run_course
 
-    teachspec(["student", *(sys.argv[1:] if argv is None else argv)])
+    run_course("student", command, argv)
+
+
+def command(args) -> None:
+    """`teachspec student`, its arguments parsed (`teachspec.arguments.student_arguments`)."""
+    print(f"wrote {write(args.solution, args.out)}")
 
 
 if __name__ == "__main__":

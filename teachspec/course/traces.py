@@ -14,7 +14,6 @@ serves, it is skipped with a message and the other traces are recorded as usual.
 
 from __future__ import annotations
 
-import sys
 import tempfile
 from pathlib import Path
 
@@ -152,10 +151,22 @@ def record(pair, out: Path) -> dict[str, Path]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """`python -m teachspec.course.traces ...` is `teachspec traces ...`."""
-    from teachspec.cli import main as teachspec
+    """`python -m teachspec.course.traces ...` is `teachspec traces ...`: the same parser (`teachspec.arguments`)."""
+    from teachspec.arguments import run_course
 
-    teachspec(["traces", *(sys.argv[1:] if argv is None else argv)])
+    run_course("traces", command, argv)
+
+
+def command(args) -> None:
+    """`teachspec traces`, its arguments parsed (`teachspec.arguments.traces_arguments`)."""
+    from teachspec.course.pairs import pick_pair
+
+    if args.threads is not None:
+        from teachspec.device import set_threads
+
+        set_threads(args.threads)
+    for name, path in record(pick_pair(args.pair), args.out).items():
+        print(f"{name:16s} {path}  ({path.stat().st_size / 1024:.0f} KiB)")
 
 
 if __name__ == "__main__":

@@ -53,6 +53,14 @@ class PackedLinear(nn.Linear):
             self.packed_from = (w.data_ptr(), w._version)
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
 
+    def __getstate__(self) -> dict:
+        """What `copy.deepcopy` and `pickle` see: the layer without its packed copy, an opaque oneDNN tensor that has
+        no storage to copy. The copy is made again on the next forward pass."""
+        state = super().__getstate__()
+        state.pop("packed", None)
+        state.pop("packed_from", None)
+        return state
+
 
 def pack(model: nn.Module, max_bytes: int | None = MAX_COPY_BYTES) -> nn.Module:
     """Make every large enough `nn.Linear` of `model` a `PackedLinear`, in place; return the model.

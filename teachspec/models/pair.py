@@ -23,6 +23,9 @@ from pathlib import Path
 
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers.utils import logging as hf_logging
+
+from teachspec import hub
 
 from teachspec.device import resolve_device, resolve_dtype
 from teachspec.models.eagle import EagleHead, load_head
@@ -76,6 +79,30 @@ class Pair:
         return bool(getattr(self.tokenizer, "chat_template", None))
 
 
+def check_sources(name, target, draft, tokenizer, eagle) -> None:
+    """What load_pair was given, checked before anything loads: each argument's type, and no bundled pair
+    quietly standing in for a model that was asked for."""
+    for role, source in (("target", target), ("draft", draft)):
+        if source is not None and not isinstance(source, (str, Path, PreTrainedModel)):
+            raise TypeError(f"{role} must be a hub id, a local folder or a transformers model (or None), got "
+                            f"{type(source).__name__} {source!r}")
+    if tokenizer is not None and not isinstance(tokenizer, (str, Path, PreTrainedTokenizerBase)):
+        raise TypeError(f"tokenizer must be a hub id, a local folder or a transformers tokenizer (or None for the "
+                        f"target's own), got {type(tokenizer).__name__} {tokenizer!r}")
+    if eagle is not None and not isinstance(eagle, (str, Path)):
+        raise TypeError(f"eagle must be a folder holding an EAGLE head (a str or Path), or None, got "
+                        f"{type(eagle).__name__} {eagle!r}")
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"name must be the name of a bundled pair (a str), got {type(name).__name__} {name!r}")
+    if name is not None and (target is not None or draft is not None):
+        given = ", ".join(f"{r}={_named(s)!r}" for r, s in (("target", target), ("draft", draft)) if s is not None)
+        raise ValueError(f"give either a bundled pair name or target=/draft=, not both (got name={name!r}, "
+                         f"{given}); a bundled pair brings its own target and draft")
+    if target is None and draft is not None:
+        raise ValueError(f"draft={_named(draft)!r} needs target=: a draft only guesses for a target (without "
+                         f"either, the bundled pair 'tiny' loads with its own draft)")
+
+
 def _from_pretrained(source: str | Path, role: str, device: torch.device, dtype: torch.dtype,
                      options: dict) -> PreTrainedModel:
     try:
@@ -85,10 +112,16 @@ def _from_pretrained(source: str | Path, role: str, device: torch.device, dtype:
             f"{role}={str(source)!r}: no model found there (expected a local folder with config.json and weights, "
             f"or a Hugging Face hub id reachable from this machine): {e}") from e
     check_config(config, f"{role}={str(source)!r}")  # before any weights load
+    bars = hf_logging.is_progress_bar_enabled()
+    if Path(source).resolve().is_relative_to(Path(__file__).parent.resolve()):
+        hf_logging.disable_progress_bar()  # a bundled model loads in a blink: no bars before a command's output
     try:
         model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **options)
     except OSError as e:
         raise FileNotFoundError(f"{role}={str(source)!r}: no weights found there: {e}") from e
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
     if options.get("device_map") is None:
         model = model.to(device)
     return model.eval()
@@ -141,7 +174,8 @@ def load_pair(name: str | None = None, *, target: str | Path | PreTrainedModel |
     """Load a bundled pair by name, or any two causal LMs that share a vocabulary: hub ids, local folders, or
     transformers models already in memory.
 
-    `draft=None` with a `target` gives a pair with no draft model (prompt lookup and oracle drafters still work).
+    `draft=None` with a `target` gives a pair with no draft model (prompt lookup and oracle drafters still work);
+    a `draft` needs a `target` (a bundled pair brings its own, so `name` takes neither).
     `tokenizer` defaults to the target's (a name or folder); a target given as a model needs one. `device` defaults
     to "cpu"; `dtype` (or its older name `torch_dtype`) to float32 on CPU and bfloat16 on CUDA; `device_map` and
     `trust_remote_code` pass through to `from_pretrained` (`device_map` needs the `accelerate` package). A model given in memory stays where it is, in its dtype.
@@ -152,20 +186,14 @@ def load_pair(name: str | None = None, *, target: str | Path | PreTrainedModel |
     (`packed.pack(model, max_bytes=None)` packs any). Models the engine cannot roll back (recurrent or
     linear-attention layers, encoder-decoders) are refused here, with the reason (`teachspec.models.support`).
     """
-    from teachspec.device import use_cpu_policy
-    use_cpu_policy()  # no more CPU threads than this process may really use (see teachspec/device.py)
+    check_sources(name, target, draft, tokenizer, eagle)
     if torch_dtype is not None and dtype is not None and torch_dtype != dtype:
         raise ValueError(f"dtype={dtype!r} and torch_dtype={torch_dtype!r} disagree; give one (torch_dtype is "
                          f"dtype's older name)")
-    for role, source in (("target", target), ("draft", draft)):
-        if source is not None and not isinstance(source, (str, Path, PreTrainedModel)):
-            raise TypeError(f"{role} must be a hub id, a local folder or a transformers model (or None), got "
-                            f"{type(source).__name__} {source!r}")
+    from teachspec.device import use_cpu_policy
+    use_cpu_policy()  # no more CPU threads than this process may really use (see teachspec/device.py)
     dev = resolve_device(device)
     dt = resolve_dtype(dtype if dtype is not None else torch_dtype, dev)
-    if name is not None and target is not None:
-        raise ValueError(f"give either a bundled pair name or target=/draft=, not both (got name={name!r}, "
-                         f"target={_named(target)!r})")
     if name is None and target is None:
         name = "tiny"
     if name is not None:
@@ -183,13 +211,18 @@ def load_pair(name: str | None = None, *, target: str | Path | PreTrainedModel |
         if given:
             raise ValueError(f"{', '.join(f'{k}={v!r}' for k, v in given.items())} applies to models loaded by name, "
                              f"and {in_memory[0]} is a model already loaded; move it with model.to(...) instead")
+    role = "tokenizer"
     if tokenizer is None:
         if isinstance(target, PreTrainedModel):
             raise ValueError("tokenizer=None: a target given as a model needs its tokenizer, e.g. load_pair("
                              "target=model, tokenizer=AutoTokenizer.from_pretrained(...))")
-        tokenizer = target
+        tokenizer, role = target, "target"  # the target's own: a missing one is the target's problem
+    for where, source in (("target", target), ("draft", draft), (role, tokenizer)):
+        why = hub.problem(source) if isinstance(source, (str, Path)) and name is None else None
+        if why:  # found in a second or two, where transformers takes a minute to say the hub is unreachable
+            raise FileNotFoundError(f"{where}={str(source)!r}: {why}")
     if not isinstance(tokenizer, PreTrainedTokenizerBase):
-        tokenizer = _tokenizer(tokenizer, "tokenizer", trust_remote_code)
+        tokenizer = _tokenizer(tokenizer, role, trust_remote_code)
     draft_tokenizer = None
     if draft is not None and not isinstance(draft, PreTrainedModel) and name is None:
         try:

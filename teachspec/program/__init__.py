@@ -26,7 +26,8 @@ prefixes, and the radix tree (RadixAttention) computes each shared prefix once:
     system(...), user(...), assistant(...)     chat turns, laid out as teachspec.chat.Chat lays them out
 
 Files: calls.py (the calls, checked where the program makes them), state.py (the state; running a call on the
-engine), run.py (run and run_batch). `teachspec bench program` measures the cache's speedup on such programs.
+engine), score.py (what `select` ranks by: `score.score(engine, prompt, continuations)`), run.py (run and
+run_batch). `teachspec bench program` measures the cache's speedup on such programs.
 """
 
 from teachspec.program.calls import ProgramError, assistant, gen, select, system, user

@@ -123,8 +123,8 @@ def gen(name: str, max_tokens: int = 16, stop: str | list[str] | None = None, te
 def select(name: str, choices: list[str]) -> Select:
     """Append the choice the target finds likeliest after the state, and set the variable `name` to it.
 
-    Each choice is scored as a continuation of the same state (`Engine.score`): the state is computed once and
-    every choice reuses it from the radix tree. Write choices as they would follow the text, usually with their
+    Each choice is scored as a continuation of the same state (`program.score.score`): the state is computed once
+    and every choice reuses it from the radix tree. Write choices as they would follow the text, usually with their
     leading space: [" yes", " no"]."""
     call, where = signature("select", name, choices=choices), caller()
     _check_name(call, where, name)

@@ -1,4 +1,4 @@
-"""Scoring: what the target thinks of given continuations of a prompt, for `select` (`Engine.score` too).
+"""Scoring: what the target thinks of given continuations of a prompt, for `select`: `score(engine, prompt, choices)`.
 
     log p(c | prompt) = sum_i log p(c_i | prompt, c_0 .. c_{i-1})
 
@@ -64,6 +64,14 @@ def score(engine: Engine, prompt: str | list[int], continuations: list) -> list[
         for tail in tails:
             first = score_one(engine, r, tail, first, scored)
     return scored
+
+
+def score_on(engine, prompt: list[int], continuations: list) -> list[Scored]:
+    """`score` on a local `Engine`; an engine elsewhere (`teachspec.serving.RemoteEngine`, which a program may run
+    on as well) scores on its own server, by its `score(prompt, continuations)`, and gives the same `Scored`s."""
+    if isinstance(engine, Engine):
+        return score(engine, prompt, continuations)
+    return engine.score(prompt, continuations)
 
 
 def checked_continuations(engine: Engine, continuations) -> list[list[int]]:

@@ -9,7 +9,7 @@ see a different prefix.
 
     s += "text"        encode the text, append its ids
     s += gen(...)      engine.generate(s.ids, ...): the same speculative loop and radix cache as any request
-    s += select(...)   engine.score(s.ids, choices): every choice reuses the state's KV; the likeliest is appended
+    s += select(...)   score(engine, s.ids, choices): every choice reuses the state's KV; the likeliest is appended
     s.fork(n)          n states that start as copies of this one; their calls share its prefix in the tree
     s += user(...)     a chat turn, laid out by the tokenizer's chat template when it has one (else as plain text)
 
@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from teachspec.engine import Engine
 from teachspec.events import ProgramSpan, ProgramStep
 from teachspec.program.calls import ROLES, Gen, ProgramError, Role, Select, Where, caller, signature
+from teachspec.program.score import score_on
 from teachspec.templates import marks
 
 
@@ -185,7 +186,7 @@ class State:
         engine = self.engine
         self._step("select", sel.name, sel.where)
         try:
-            scored = engine.score(self.ids, [engine.pair.encode(c, special=False) for c in sel.choices])
+            scored = score_on(engine, self.ids, [engine.pair.encode(c, special=False) for c in sel.choices])
         except Exception as e:
             raise ProgramError(sel.call, sel.where, str(e)) from e
         self.scores[sel.name] = {c: s.logprob for c, s in zip(sel.choices, scored)}

@@ -75,6 +75,11 @@ class TokenTree:
     depth: tuple[int, ...] = field(init=False, repr=False, compare=False)  # root 0; position id = root's + depth
 
     def __post_init__(self) -> None:
+        for name in ("parents", "tokens"):
+            value = getattr(self, name)
+            if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+                raise TypeError(f"{name} must be a sequence of ints, one per node (e.g. TokenTree(parents=(-1, 0), "
+                                f"tokens=(7, 8))), got {type(value).__name__} {value!r}")
         parents = tuple(check_int(f"parents[{i}]", v) for i, v in enumerate(self.parents))
         tokens = tuple(check_int(f"tokens[{i}]", v, 0) for i, v in enumerate(self.tokens))
         if not parents or parents[0] != -1:
