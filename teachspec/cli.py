@@ -8,6 +8,8 @@
     teachspec bench serving                          # teachspec and vLLM on the same pair, side by side
     teachspec serve --speculate model                # vLLM's server on the bundled pair, until Ctrl-C
     teachspec course my-course                       # the notebooks, assignments and traces, ready to open
+    teachspec course my-key --with-solutions         # the instructor's copy: solutions, INSTRUCTORS.md
+    teachspec grading nbgrader my-grading            # the assignments laid out for nbgrader (or: otter)
     teachspec student assignments/a1_acceptance_rule.ipynb   # the student version of an assignment
     teachspec traces                                 # re-record the traces the notebooks replay
     teachspec pin 05_radix_attention.ipynb           # run a notebook, keep the outputs nbval checks and the pictures
@@ -26,32 +28,15 @@ import re
 import sys
 from pathlib import Path
 
+from teachspec.arguments import COURSE, Parser, description, new_file, whole
+
 SPECULATE = ("model", "eagle", "ngram", "oracle", "adversary", "none")  # the engine's drafters; none: plain decoding
 K_POLICIES = ("adaptive", "heuristic", "confidence")
 DEVICE = re.compile(r"cpu|cuda(:\d+)?|mps")
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse, with a mistake reported in one line (no usage block): `teachspec NAME: error: ...`, status 2."""
-
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+DTYPES = ("float32", "fp32", "bfloat16", "bf16", "float16", "fp16", "float64")  # teachspec.device.DTYPES' names
 
 
 # -- argument types: each checks a value and says what is allowed ------------------------------------------------
-
-def whole(minimum: int):
-    """A whole number >= minimum."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
-        return value
-    return parse
-
 
 def number(low: float, high: float = math.inf, low_open: bool = False):
     """A finite number in [low, high] (or (low, high] when `low_open`)."""
@@ -104,8 +89,35 @@ def served_pair(text: str) -> str:
 
 
 def device_name(text: str) -> str:
+    """A device this machine could have, found without importing torch (which takes seconds): CUDA needs an NVIDIA
+    driver, MPS a Mac with Apple silicon. Whether torch can use it is checked once it has loaded."""
+    import platform
+
     if not DEVICE.fullmatch(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a device name; use cpu, cuda, cuda:N or mps")
+    no_driver = sys.platform == "linux" and not (Path("/proc/driver/nvidia/version").exists()
+                                                 or Path("/dev/nvidiactl").exists())
+    if text.startswith("cuda") and no_driver:
+        raise argparse.ArgumentTypeError(f"{text!r}: this machine has no NVIDIA driver, so no CUDA device; use cpu")
+    if text == "mps" and not (sys.platform == "darwin" and platform.machine() == "arm64"):
+        raise argparse.ArgumentTypeError("'mps' is Apple silicon's GPU, and this is not a Mac with one; use cpu")
+    return text
+
+
+def dtype_name(text: str) -> str:
+    if text not in DTYPES:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a dtype; use one of {', '.join(DTYPES)}")
+    return text
+
+
+def model_source(text: str) -> str:
+    """A local folder, or a hub id this machine has cached or can download (`teachspec.hub`): a missing folder
+    or an unreachable hub is said in a second or two, not after transformers' minute of retries."""
+    from teachspec.hub import problem
+
+    why = problem(text)
+    if why:
+        raise argparse.ArgumentTypeError(f"{text!r}: {why}")
     return text
 
 
@@ -124,44 +136,32 @@ def text(value: str) -> str:
     return value
 
 
-def notebook(value: str) -> Path:
-    """A notebook file that nbformat can read."""
-    path = Path(value)
-    if not path.is_file():
-        raise argparse.ArgumentTypeError(f"{value!r} is not a file")
-    if path.suffix != ".ipynb":
-        raise argparse.ArgumentTypeError(f"{value!r} is not a notebook (.ipynb)")
-    import nbformat  # here, not above: only the commands that take a notebook pay for it
-
-    try:
-        nbformat.read(path, as_version=4)
-    except Exception as e:  # not JSON, or JSON that is not a notebook (jsonschema's ValidationError)
-        raise argparse.ArgumentTypeError(f"{value!r} is not a readable notebook: {str(e).splitlines()[0]}") from None
-    return path
-
-
-def new_file(value: str) -> Path:
-    """A file to write: its folder must exist already, so a long run does not fail at its very end."""
-    path = Path(value)
-    if path.is_dir():
-        raise argparse.ArgumentTypeError(f"{value!r} is a folder; give a file name")
-    if not path.resolve().parent.is_dir():
-        raise argparse.ArgumentTypeError(f"the folder of {value!r} does not exist")
-    return path
-
-
 # -- the options several commands share -------------------------------------------------------------------------
 
-def add_model_args(ap: argparse.ArgumentParser) -> None:
+def add_model_args(ap: argparse.ArgumentParser, draft: bool = True) -> None:
+    """--pair, or --target (and --draft, for a command that speculates), then the device options."""
     ap.add_argument("--pair", type=bundled_pair, default=None, help="a bundled pair (default: tiny)")
-    ap.add_argument("--target", default=None, help="a hub id or local folder for the target (instead of --pair)")
-    ap.add_argument("--draft", default=None, help="a hub id or local folder for the draft model (with --target)")
+    ap.add_argument("--target", type=model_source, default=None,
+                    help="a hub id or local folder for the target (instead of --pair)")
+    if draft:
+        ap.add_argument("--draft", type=model_source, default=None,
+                        help="a hub id or local folder for the draft model (with --target)")
     add_device_args(ap)
+
+
+def check_models(args) -> None:
+    """The model options against each other, before anything loads."""
+    if getattr(args, "target", None) is not None and args.pair is not None:
+        args.parser.error(f"give --pair or --target, not both (got --pair {args.pair} --target {args.target})")
+    if getattr(args, "draft", None) is not None and args.target is None:
+        args.parser.error("--draft needs --target: a draft guesses for a target (without either, the bundled "
+                          "pair tiny runs with its own draft)")
 
 
 def add_device_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--device", type=device_name, default=None, help="cpu (default), cuda, cuda:N or mps")
-    ap.add_argument("--dtype", default=None, help="float32 (CPU default), bfloat16 (GPU default) or float16")
+    ap.add_argument("--dtype", type=dtype_name, default=None,
+                    help="float32 or fp32 (CPU default), bfloat16 or bf16 (GPU default), float16 or fp16, float64")
     ap.add_argument("--threads", type=whole(1), default=None,
                     help="CPU threads for torch (default: the CPUs this process may use; see teachspec/device.py)")
 
@@ -179,13 +179,18 @@ def add_json_arg(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--json", type=new_file, default=None, help="also write the results here, as JSON")
 
 
-def pair_from(args):
+def pair_from(args, draft: bool = True):
+    """The pair the options name; `draft=False`: its target alone, for plain decoding."""
     from teachspec.device import set_threads
-    from teachspec.models import load_pair
+    from teachspec.models import BUNDLED, load_pair
 
     if args.threads is not None:
         set_threads(args.threads)
-    return load_pair(args.pair, target=args.target, draft=args.draft, device=args.device, dtype=args.dtype)
+    if not draft and args.target is None:  # the bundled pair's target and tokenizer, without its draft
+        root = BUNDLED[args.pair or "tiny"]
+        return load_pair(target=root / "target", tokenizer=root, device=args.device, dtype=args.dtype)
+    return load_pair(args.pair, target=args.target, draft=args.draft if draft else None, device=args.device,
+                     dtype=args.dtype)
 
 
 def save_json(result: dict, path: Path | None) -> None:
@@ -202,11 +207,16 @@ def cmd_generate(args) -> None:
 
     stop = {"stop": args.stop} if args.stop else {}  # only when asked: older `generate`s take no stop=
     out = generate(args.prompt, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                   top_k=args.top_k, top_p=args.top_p, seed=args.seed, pair=pair_from(args), **stop)
+                   top_k=args.top_k, top_p=args.top_p, seed=args.seed, pair=pair_from(args, draft=False), **stop)
     s = out.stats
     print(args.prompt + out.text)
-    print(f"\n-- {s.new_tokens} tokens in {s.wall_s:.3f} s: {s.tokens_per_s:.1f} tokens/s, "
-          f"{s.target_passes} target passes, stopped by {out.finish_reason}", file=sys.stderr)
+    print(f"\n-- {plural(s.new_tokens, 'token')} in {s.wall_s:.3f} s: {s.tokens_per_s:.1f} tokens/s, "
+          f"{plural(s.target_passes, 'target pass', 'target passes')}, stopped by {out.finish_reason}",
+          file=sys.stderr)
+
+
+def plural(n: int, one: str, many: str | None = None) -> str:
+    return f"{n} {one if n == 1 else many or one + 's'}"
 
 
 def cmd_demo(args) -> None:
@@ -335,43 +345,57 @@ def server_errors(args):
 
 
 def cmd_student(args) -> None:
-    from teachspec.course.student import write
+    from teachspec.course.student import command
 
-    print(f"wrote {write(args.solution, args.out)}")
+    command(args)
 
 
 def cmd_traces(args) -> None:
-    from teachspec.course.pairs import pick_pair
-    from teachspec.course.traces import record
+    from teachspec.course.traces import command
 
-    if args.threads is not None:
-        from teachspec.device import set_threads
-
-        set_threads(args.threads)
-    for name, path in record(pick_pair(args.pair), args.out).items():
-        print(f"{name:16s} {path}  ({path.stat().st_size / 1024:.0f} KiB)")
+    command(args)
 
 
 def cmd_pin(args) -> None:
-    from teachspec.course.pin import pin
+    from teachspec.course.pin import command
 
-    for line in pin(args.notebooks, strip_only=args.strip, timeout=args.timeout):
-        print(line)
+    command(args)
 
 
 def cmd_course(args) -> None:
     from teachspec.course.materials import opening, write_course
 
-    written = write_course(args.dest, force=args.force)
+    written = write_course(args.dest, force=args.force, solutions=args.with_solutions)
     print(f"wrote {len(written)} files into {args.dest}")
+    if args.with_solutions:
+        print("the assignments hold their solutions and hidden tests, for instructors only (INSTRUCTORS.md says how "
+              "to grade them); students get `teachspec course DEST`")
     print(opening(args.dest))
+
+
+def cmd_grading(args) -> None:
+    from teachspec.course.release import grading_copy, nbgrader_course, otter_course
+
+    if args.grader == "pytest":
+        out = grading_copy(args.dest, args.out)
+        print(f"wrote {out}: the submission with the graded checks put back, hidden tests in; grade it with")
+        print(f"    pytest --nbval-lax --nbval-current-env {out}")
+        return
+    written = (nbgrader_course if args.grader == "nbgrader" else otter_course)(args.dest, force=args.force)
+    print(f"wrote {len(written)} files into {args.dest}")
+    if args.grader == "nbgrader":
+        print(f"then, for each assignment: cd {args.dest} && nbgrader generate_assignment NAME (INSTRUCTORS.md has "
+              f"the rest)")
+    else:
+        print(f"then, for each assignment: otter assign {args.dest}/NAME/NAME.ipynb dist/NAME "
+              f"(INSTRUCTORS.md has the rest)")
 
 
 # -- the parser -------------------------------------------------------------------------------------------------
 
 def command(sub, name: str, help: str) -> Parser:
     """A subcommand whose --help opens with the line the command list shows for it."""
-    return sub.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".")
+    return sub.add_parser(name, help=help, description=description(help))
 
 
 def parser() -> Parser:
@@ -379,9 +403,10 @@ def parser() -> Parser:
                                               "RadixAttention, readable and measured.")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    g = command(sub, "generate", help="continue a prompt with plain decoding on the target model")
+    g = command(sub, "generate", help="continue a prompt with plain decoding on the target model (no draft: "
+                                      "teachspec demo speculates)")
     g.add_argument("prompt", type=text, help="the text to continue")
-    add_model_args(g)
+    add_model_args(g, draft=False)
     add_sampling_args(g)
     g.add_argument("--stop", action="append", type=text, metavar="TEXT",
                    help="stop once the output contains TEXT (give it again for more stop texts)")
@@ -493,31 +518,32 @@ def parser() -> Parser:
                     help="cap the KV cache at this many 32-token blocks, to watch it evict (default: vLLM's sizing)")
     sv.set_defaults(run=cmd_serve, parser=sv)
 
-    s = command(sub, "student", help="write the student version of an assignment (solutions out, tests hidden)")
-    s.add_argument("solution", type=notebook, help="the solution notebook")
-    s.add_argument("-o", "--out", type=new_file, default=None,
-                   help="where to write it (default: student/<name>.ipynb beside the solution)")
-    s.set_defaults(run=cmd_student, parser=s)
-
-    t = command(sub, "traces", help="re-record the traces the notebooks replay")
-    t.add_argument("--pair", default="tiny", help="tiny (default), smollm2, qwen2.5, or config (testing only)")
-    t.add_argument("--out", type=Path, default=Path("traces"),
-                   help="the folder to write them into (default: traces/ in the current folder)")
-    t.add_argument("--threads", type=whole(1), default=None, help="CPU threads for torch (default: the policy)")
-    t.set_defaults(run=cmd_traces, parser=t)
-
-    p = command(sub, "pin",
-                help="run notebooks top to bottom, keep the outputs nbval checks and the # SNAPSHOT pictures")
-    p.add_argument("notebooks", nargs="+", type=notebook, help="the notebooks, rewritten in place")
-    p.add_argument("--strip", action="store_true", help="only clean the notebooks, without running them")
-    p.add_argument("--timeout", type=whole(1), default=600, help="seconds a cell may run (default 600)")
-    p.set_defaults(run=cmd_pin, parser=p)
+    for name, run in (("student", cmd_student), ("traces", cmd_traces), ("pin", cmd_pin)):
+        help, arguments = COURSE[name]
+        course = command(sub, name, help=help)
+        arguments(course)
+        course.set_defaults(run=run, parser=course)
 
     c = command(sub, "course", help="write the course's notebooks, assignments and traces into a folder")
     c.add_argument("dest", nargs="?", type=Path, default=Path("teachspec-course"),
                    help="the folder to write into (default: teachspec-course/ in the current folder)")
     c.add_argument("--force", action="store_true", help="overwrite course files already in the folder")
+    c.add_argument("--with-solutions", action="store_true",
+                   help="write the assignments with their solutions and hidden tests, and INSTRUCTORS.md: the "
+                        "instructor's copy, never for students (default: the student versions)")
     c.set_defaults(run=cmd_course, parser=c)
+
+    g = command(sub, "grading", help="lay the assignments out for a grader, solutions and hidden tests in: "
+                                     "nbgrader's course folder, Otter-Grader's master notebooks, or one submission "
+                                     "for pytest")
+    g.add_argument("grader", choices=("nbgrader", "otter", "pytest"),
+                   help="nbgrader or otter: write DEST; pytest: put the graded checks back into SUBMISSION")
+    g.add_argument("dest", type=Path, metavar="DEST|SUBMISSION",
+                   help="the folder to write into, or (pytest) a student's notebook")
+    g.add_argument("-o", "--out", type=new_file, default=None,
+                   help="pytest: where to write the copy to grade (default: NAME.grading.ipynb beside SUBMISSION)")
+    g.add_argument("--force", action="store_true", help="overwrite files already there")
+    g.set_defaults(run=cmd_grading, parser=g)
     return ap
 
 
@@ -526,6 +552,8 @@ def main(argv: list[str] | None = None) -> None:
     command = args.parser  # the subcommand's own parser: its errors read `teachspec NAME: error: ...`
     if rest:
         command.error(f"unrecognized arguments: {' '.join(rest)}")
+    if hasattr(args, "target"):
+        check_models(args)
     try:
         args.run(args)
     except KeyboardInterrupt:

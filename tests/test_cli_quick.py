@@ -54,7 +54,7 @@ LEAVES = [words for words, ap in COMMANDS.items() if words and not any(
 
 def test_every_command_is_here():
     assert sorted(" ".join(w) for w in LEAVES) == sorted([
-        "generate", "demo", "student", "traces", "pin", "course", "bench speculative", "bench mechanics",
+        "generate", "demo", "student", "traces", "pin", "course", "grading", "bench speculative", "bench mechanics",
         "bench radix", "bench program", "bench widgets", "bench contention", "bench serving", "serve"])
 
 
@@ -188,6 +188,9 @@ def test_the_course_is_written_where_asked_and_never_over_a_students_work(tmp_pa
                  "traces/speculation.jsonl"):
         assert (dest / name).is_file(), name
     assert "jupyter lab index.ipynb" in out and f"cd '{dest}'" in out
+    assignment = (dest / "assignments/a1_acceptance_rule.ipynb").read_text()  # the student version, by default
+    assert "NotImplementedError" in assignment and "BEGIN SOLUTION" not in assignment
+    assert "HIDDEN TESTS" not in assignment and not (dest / "INSTRUCTORS.md").exists()
     (dest / "index.ipynb").write_text("my notes")
     with pytest.raises(SystemExit) as refused:
         main(["course", str(dest)])
@@ -195,6 +198,23 @@ def test_the_course_is_written_where_asked_and_never_over_a_students_work(tmp_pa
     assert (dest / "index.ipynb").read_text() == "my notes"
     main(["course", str(dest), "--force"])
     assert (dest / "index.ipynb").read_text() != "my notes"
+    key = tmp_path / "key"
+    main(["course", str(key), "--with-solutions"])
+    assert "for instructors only" in capsys.readouterr().out
+    assert "### BEGIN HIDDEN TESTS" in (key / "assignments/a1_acceptance_rule.ipynb").read_text()
+    assert (key / "INSTRUCTORS.md").is_file()
+
+
+def test_grading_lays_the_assignments_out_for_nbgrader_and_otter(tmp_path, capsys):
+    main(["grading", "nbgrader", str(tmp_path / "nbgrader")])
+    assert "nbgrader generate_assignment" in capsys.readouterr().out
+    assert "ClearHiddenTests" in (tmp_path / "nbgrader/nbgrader_config.py").read_text()
+    assert (tmp_path / "nbgrader/source/a2_radix_tree/a2_radix_tree.ipynb").is_file()
+    main(["grading", "otter", str(tmp_path / "otter")])
+    assert "# ASSIGNMENT CONFIG" in (tmp_path / "otter/a3_choose_k/a3_choose_k.ipynb").read_text()
+    with pytest.raises(SystemExit) as refused:
+        main(["grading", "otter", str(tmp_path / "otter")])
+    assert refused.value.code == 2 and "--force" in capsys.readouterr().err
 
 
 def test_default_outputs_never_go_into_the_package():

@@ -35,7 +35,7 @@ def test_a_course_installed_from_the_wheel_runs_outside_the_repository(tmp_path)
     names = set(zipfile.ZipFile(wheel).namelist())
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     for part in ("index.ipynb", LECTURE, "nbval.cfg", "assignments/a1_acceptance_rule.ipynb",
-                 "traces/speculation.jsonl"):
+                 "traces/speculation.jsonl", "INSTRUCTORS.md"):
         assert f"teachspec/course/notebooks/{part}" in names, part
 
     venv = tmp_path / "venv"
@@ -52,6 +52,7 @@ def test_a_course_installed_from_the_wheel_runs_outside_the_repository(tmp_path)
     said = run(teachspec, "course", "my-course", cwd=work).stdout
     dest = work / "my-course"
     assert "jupyter lab index.ipynb" in said and (dest / LECTURE).is_file()
+    assert "BEGIN SOLUTION" not in (dest / "assignments" / "a1_acceptance_rule.ipynb").read_text()  # students' copy
     assert len(list((dest / "traces").glob("*.jsonl"))) >= 4
 
     ran = run(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax", "--nbval-current-env",

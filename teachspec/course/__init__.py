@@ -1,12 +1,14 @@
-"""Course tooling: the model-picking cell's logic, the assignments' checks, the course's files as the package ships
-them, the student-notebook generator, the script that re-records the lecture traces and the one that records the
-outputs nbval checks.
+"""Course tooling: the model-picking cell's logic, the assignments' checks and their grader, the course's files as
+the package ships them, the student-notebook generator, the layouts for nbgrader and Otter-Grader, the script that
+re-records the lecture traces and the one that records the outputs nbval checks.
 
     from teachspec.course import pick_pair
     pair = pick_pair("tiny")                 # the first cell of every notebook
 
-    teachspec course my-course                                         # the course, copied out of the package
+    teachspec course my-course                                         # the course as students get it
+    teachspec course my-key --with-solutions                           # the instructor's copy, INSTRUCTORS.md
     teachspec student notebooks/assignments/a1_acceptance_rule.ipynb   # -> the student version
+    teachspec grading nbgrader my-nbgrader                             # nbgrader's course folder (or: otter)
     teachspec traces --out notebooks/traces                            # re-record the traces
     teachspec pin notebooks/05_radix_attention.ipynb                   # pinned outputs
 

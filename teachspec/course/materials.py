@@ -1,5 +1,5 @@
 """The course as files: the lecture notebooks, the assignments and the traces they replay, written where a student
-works.
+works, or where an instructor prepares the grading.
 
 They live at the top of the repository in `notebooks/`. An installed wheel carries a copy inside the package, in
 `teachspec/course/notebooks/` (see pyproject.toml), so a course installed with pip is whole:
@@ -7,6 +7,10 @@ They live at the top of the repository in `notebooks/`. An installed wheel carri
     pip install "teachspec[notebooks]"       # teachspec with JupyterLab and a kernel
     teachspec course my-course               # the notebooks, assignments/ and traces/ into my-course/
     cd my-course && jupyter lab index.ipynb
+
+The assignments are written as students get them: the solutions replaced by `raise NotImplementedError()` and the
+hidden tests removed (`teachspec.course.student`). `teachspec course DEST --with-solutions` writes them as they are
+kept here, solutions and hidden tests in, with INSTRUCTORS.md beside them: for an instructor, never for students.
 
 Nothing is ever written into the installed package: a student's runs and notes stay in their own folder.
 """
@@ -19,7 +23,8 @@ from pathlib import Path
 
 PACKAGED = Path(__file__).parent / "notebooks"        # inside an installed wheel
 CHECKOUT = Path(__file__).parents[2] / "notebooks"    # the repository's own folder (editable install)
-PATTERNS = ("*.ipynb", "nbval.cfg", "assignments/*.ipynb", "traces/*.jsonl")  # as package-data in pyproject.toml
+PATTERNS = ("*.ipynb", "nbval.cfg", "assignments/*.ipynb", "traces/*.jsonl", "INSTRUCTORS.md")  # as package-data
+INSTRUCTORS_ONLY = ("INSTRUCTORS.md",)  # written only with the solutions
 
 
 def course_dir() -> Path:
@@ -31,21 +36,32 @@ def course_dir() -> Path:
                             f"installed wheel) and {CHECKOUT} (a source checkout)")
 
 
-def course_files(source: Path | None = None) -> list[Path]:
-    """The course's files, relative to `source` (default: `course_dir()`), sorted."""
+def course_files(source: Path | None = None, solutions: bool = True) -> list[Path]:
+    """The course's files, relative to `source` (default: `course_dir()`), sorted; without `solutions`, the ones
+    students get."""
     source = course_dir() if source is None else source
-    return sorted({p.relative_to(source) for pattern in PATTERNS for p in source.glob(pattern) if p.is_file()})
+    files = {p.relative_to(source) for pattern in PATTERNS for p in source.glob(pattern) if p.is_file()}
+    return sorted(f for f in files if solutions or str(f) not in INSTRUCTORS_ONLY)
 
 
-def write_course(dest: str | Path, force: bool = False) -> list[Path]:
-    """Copy the course into `dest` (created if need be); returns the files written.
+def is_assignment(path: Path) -> bool:
+    return path.parent.name == "assignments" and path.suffix == ".ipynb"
 
-    A file of the course already in `dest` is overwritten only with `force`, so a student's edited notebooks are
-    never lost by running this twice."""
+
+def write_course(dest: str | Path, force: bool = False, solutions: bool = False) -> list[Path]:
+    """Write the course into `dest` (created if need be); returns the files written.
+
+    The assignments are the student versions unless `solutions`, which copies them as they are (solutions and
+    hidden tests in) and adds INSTRUCTORS.md. A file of the course already in `dest` is overwritten only with
+    `force`, so a student's edited notebooks are never lost by running this twice."""
+    import nbformat
+
+    from teachspec.course.student import student_version
+
     dest, source = Path(dest), course_dir()
     if dest.exists() and not dest.is_dir():
         raise ValueError(f"dest={str(dest)!r} is a file; give a folder to write the course into")
-    files = course_files(source)
+    files = course_files(source, solutions)
     there = [f for f in files if (dest / f).exists()]
     if there and not force:
         raise ValueError(f"dest={str(dest)!r} already holds {len(there)} of the course's files (e.g. {there[0]}); "
@@ -53,7 +69,11 @@ def write_course(dest: str | Path, force: bool = False) -> list[Path]:
     written = []
     for f in files:
         (dest / f).parent.mkdir(parents=True, exist_ok=True)
-        written.append(Path(shutil.copyfile(source / f, dest / f)))
+        if is_assignment(f) and not solutions:
+            nbformat.write(student_version(nbformat.read(source / f, as_version=4)), dest / f)
+            written.append(dest / f)
+        else:
+            written.append(Path(shutil.copyfile(source / f, dest / f)))
     return written
 
 
