@@ -1,8 +1,10 @@
 """`teachspec bench serving`: teachspec and vLLM on the same pair, the same prompts, greedy, in one run.
 
-Three vLLM servers are started side by side on the bundled pair (`teachspec.serving.start_vllm`): plain decoding,
-the pair's draft model at k = 3, and prompt lookup at k = 3. Then, prompt by prompt, every method decodes the same
-prompt in turn, one request at a time, so machine noise hits them alike:
+teachspec's methods decode the prompts first, interleaved prompt by prompt so machine noise hits them alike, with
+no server running; then three vLLM servers on the bundled pair (`teachspec.serving.start_vllm`), one after
+another and each alone on the machine: plain decoding, the pair's draft model at k = 3, prompt lookup at k = 3.
+(A server does not share the machine well: after each step its OpenMP threads spin a while, waiting for more
+work, and slow whatever runs right after.) Every method decodes the same prompts one request at a time:
 
     teachspec   plain, draft model k = 3, draft model adaptive     (the engine, radix cache off: every method
                                                                     computes its own prefill)
@@ -15,7 +17,7 @@ over the steps after the first (teachspec's from its Stats, vLLM's from its coun
 output was identical to teachspec's plain one. Then what a serving engine is for: vLLM's throughput with 8 and
 32 requests in flight at once (other prompts of the same kind), which one request at a time never shows. Last,
 the four example programs on the draft-model server (a batch's runs in flight at once) against the local engine:
-the same variables?, and each side's prefix-cache hit rate (vLLM's from its /metrics). The one-request rows are
+the same variables?, and each side's prefix-cache hit rate (vLLM's from its /metrics). teachspec's rows are
 watched (`teachspec.busy`): when other programs kept the CPUs busy, the table says so.
 """
 
@@ -42,63 +44,73 @@ def bench(pair: Pair, prompts: list[list[int]], batch_prompts: list[list[int]], 
           concurrency: tuple[int, ...] = (8, 32), progress: bool = True) -> dict:
     from tqdm.auto import tqdm
 
-    result = {"pair": pair.name, "prompts": len(prompts), "new_tokens": n, "methods": {}, "batched": {}}
-    started = {}
-    try:
-        for name, speculate in SERVERS.items():
-            server = start_vllm(pair.name, speculate=speculate, k=3)
-            started[name] = (server, Watcher(server).start(), RemoteEngine(server, pair))
-        engine = Engine(dataclasses.replace(pair, eos_token_id=None), cache_tokens=0)  # n tokens, as ignore_eos
-        for options in LOCAL.values():  # warm up: the first pass of each (kernels, allocations) is not timed
-            engine.generate(prompts[0], 8, **options)
-        for _, _, remote in started.values():
-            remote.generate(prompts[0], 8, ignore_eos=True)
-        times = {name: 0.0 for name in [*LOCAL, *SERVERS]}
-        outputs = {name: [] for name in times}
-        spent = {name: Stats() for name in LOCAL}
-        counted = {name: watcher.settle().counters for name, (_, watcher, _) in started.items()}
-        bar = tqdm(total=len(prompts) * len(times), desc="bench serving", disable=not progress)
-        watch = Watch()
-        for ids in prompts:
-            for name, options in LOCAL.items():
-                t0 = time.perf_counter()
-                out = engine.generate(ids, n, **options)
-                times[name] += time.perf_counter() - t0
-                outputs[name].append(out.tokens)
-                _add(spent[name], out.stats.decoding)
-                bar.update()
-            for name, (_, _, remote) in started.items():
-                t0 = time.perf_counter()
-                outputs[name].append(remote.generate(ids, n, ignore_eos=True).tokens)
-                times[name] += time.perf_counter() - t0
-                bar.update()
-        bar.close()
-        reference = outputs["teachspec plain"]
-        for name in times:
-            tokens = sum(len(o) for o in outputs[name])
-            result["methods"][name] = {"tokens_per_s": tokens / times[name],
-                                       "speedup": times["teachspec plain"] / times[name],
-                                       "identical": outputs[name] == reference}
-        numbers = {name: s for name, s in spent.items() if s.drafts}
-        for name, (_, watcher, _) in started.items():
-            if SERVERS[name]:
-                numbers[name] = metrics.stats(metrics.difference(watcher.settle().counters, counted[name]))
-        for name, s in numbers.items():
-            result["methods"][name].update(alpha=s.alpha, acceptance_per_position=s.acceptance_per_position,
-                                           tokens_per_target_pass=s.tokens_per_target_pass)
-        result["machine"] = watch.stop().as_dict()
-        for name in ("vLLM plain", "vLLM draft model, k = 3"):
-            remote = started[name][2]
-            result["batched"][name] = {c: _throughput(remote, batch_prompts[:c], n) for c in concurrency}
-        server, watcher, remote = started["vLLM draft model, k = 3"]
-        result["programs"] = {name: _programs(pair, example, watcher, remote) for name, example in EXAMPLES.items()}
-    finally:
-        for server, watcher, _ in started.values():
-            watcher.stop()
-            server.stop()
+    result = {"pair": pair.name, "prompts": len(prompts), "new_tokens": n, "methods": {}, "batched": {},
+              "programs": {}}
+    bar = tqdm(total=len(prompts) * (len(LOCAL) + len(SERVERS)), desc="bench serving", disable=not progress)
+    watch = Watch()
+    local = _teachspec(pair, prompts, n, bar)
+    result["machine"] = watch.stop().as_dict()
+    served = {}
+    for name, speculate in SERVERS.items():
+        served[name] = _vllm(pair, speculate, prompts, batch_prompts, n, concurrency, bar)
+    bar.close()
+    reference = local["teachspec plain"]["outputs"]
+    plain_s = local["teachspec plain"]["seconds"]
+    for name, m in {**local, **served}.items():
+        row = {"tokens_per_s": sum(map(len, m["outputs"])) / m["seconds"], "speedup": plain_s / m["seconds"],
+               "identical": m["outputs"] == reference}
+        if m["stats"] is not None and m["stats"].drafts:
+            s = m["stats"]
+            row.update(alpha=s.alpha, acceptance_per_position=s.acceptance_per_position,
+                       tokens_per_target_pass=s.tokens_per_target_pass)
+        result["methods"][name] = row
+        if m.get("batched"):
+            result["batched"][name] = m["batched"]
+        result["programs"].update(m.get("programs", {}))
     result["all_identical"] = all(m["identical"] for m in result["methods"].values()) and all(
         r["identical"] for r in result["programs"].values())
     return result
+
+
+def _teachspec(pair: Pair, prompts: list[list[int]], n: int, bar) -> dict:
+    """teachspec's methods, interleaved prompt by prompt, with no server running (its OpenMP threads spin for a
+    while after each step, which would slow whatever runs right after it)."""
+    engine = Engine(dataclasses.replace(pair, eos_token_id=None), cache_tokens=0)  # n tokens, as ignore_eos
+    for options in LOCAL.values():  # warm up: the first pass of each (kernels, allocations) is not timed
+        engine.generate(prompts[0], 8, **options)
+    out = {name: {"seconds": 0.0, "outputs": [], "stats": Stats()} for name in LOCAL}
+    for ids in prompts:
+        for name, options in LOCAL.items():
+            t0 = time.perf_counter()
+            g = engine.generate(ids, n, **options)
+            out[name]["seconds"] += time.perf_counter() - t0
+            out[name]["outputs"].append(g.tokens)
+            _add(out[name]["stats"], g.stats.decoding)
+            bar.update()
+    return out
+
+
+def _vllm(pair: Pair, speculate: str | None, prompts: list[list[int]], batch_prompts: list[list[int]], n: int,
+          concurrency: tuple[int, ...], bar) -> dict:
+    """One vLLM server, alone on the machine: the prompts one request at a time, then `concurrency` at once, then
+    (for the draft model) the example programs."""
+    with start_vllm(pair.name, speculate=speculate, k=3) as server, Watcher(server) as watcher:
+        remote = RemoteEngine(server, pair)
+        remote.generate(prompts[0], 8, ignore_eos=True)  # warm up
+        before = watcher.settle().counters
+        out = {"seconds": 0.0, "outputs": [], "stats": None}
+        for ids in prompts:
+            t0 = time.perf_counter()
+            out["outputs"].append(remote.generate(ids, n, ignore_eos=True).tokens)
+            out["seconds"] += time.perf_counter() - t0
+            bar.update()
+        if speculate is not None:
+            out["stats"] = metrics.stats(metrics.difference(watcher.settle().counters, before))
+        if speculate != "ngram":
+            out["batched"] = {c: _throughput(remote, batch_prompts[:c], n) for c in concurrency}
+        if speculate == "model":
+            out["programs"] = {name: _programs(pair, example, watcher, remote) for name, example in EXAMPLES.items()}
+    return out
 
 
 def _add(total: Stats, s: Stats) -> None:
@@ -142,7 +154,7 @@ def _throughput(remote: RemoteEngine, prompts: list[list[int]], n: int) -> dict:
 
 def markdown(result: dict) -> str:
     lines = [f"pair {result['pair']}, {result['prompts']} prompts x {result['new_tokens']} new tokens, greedy, one "
-             f"request at a time, methods interleaved prompt by prompt", "",
+             f"request at a time; teachspec's methods interleaved prompt by prompt, then each vLLM server alone", "",
              "| engine, method | tokens/s (one request) | vs teachspec plain | alpha | tokens per target pass | "
              "identical to teachspec plain |", "|---|---|---|---|---|---|"]
     for name, m in result["methods"].items():
