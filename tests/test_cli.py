@@ -23,7 +23,7 @@ def test_demo_colours_decisions_and_reports_the_stats():
     assert run.returncode == 0, run.stderr
     assert "\033[32m" in run.stdout  # accepted tokens in green
     assert "identical to plain greedy decoding: True" in run.stdout
-    assert "alpha" in run.stdout and "tokens per pass" in run.stdout
+    assert "alpha" in run.stdout and "tokens per target pass" in run.stdout
     plain = teachspec("demo", "The with statement", "--max-new-tokens", "8", "--colour", "never")
     assert "\033[" not in plain.stdout
 
@@ -32,7 +32,7 @@ def test_bad_input_exits_with_a_message_naming_the_parameter():
     for args, message in [(("generate", "x", "--max-new-tokens", "-1"), "--max-new-tokens: must be >= 0"),
                           (("generate", "x", "--temperature", "-1"), "temperature"),
                           (("generate", "x", "--pair", "huge"), "'huge' is not a bundled pair"),
-                          (("generate", "x", "--device", "cuda:9"), "device='cuda:9'"),
+                          (("generate", "x", "--device", "cuda:9"), "'cuda:9'"),
                           (("demo", "x", "--k", "-2"), "--k: must be a whole number >= 0"),
                           (("demo", "x", "--speculate", "psychic"), "--speculate: 'psychic' is not one of")]:
         run = teachspec(*args)
