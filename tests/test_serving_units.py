@@ -24,8 +24,9 @@ B = 4  # block size of the hand-made streams
 
 
 def held(view: RadixTreeView) -> set[int]:
-    """The blocks a view draws as cached now: every node but the root and the one fading out."""
-    return {i["id"] for i in view.snapshot().items.values() if i.get("id") and i["mark"] != "evicted"}
+    """The blocks a view's tree holds now (drawn or folded into a "+N" stub): all but the root and the one fading."""
+    fading = {i["id"] for i in view.snapshot().items.values() if i.get("mark") == "evicted"}
+    return {n for n in view.nodes if n} - fading
 
 
 def blocks(*runs):
@@ -387,3 +388,12 @@ def test_a_server_that_never_answers_is_stopped_by_its_pid(monkeypatch, tmp_path
         start_vllm("tiny", workdir=tmp_path / "work", timeout=2)
     child = int(pid_file.read_text())
     wait_for(lambda: not os.path.exists(f"/proc/{child}"), timeout=10)
+
+
+def test_a_wide_block_tree_folds_in_the_view_and_the_view_still_holds_every_block():
+    tree = BlockTree()
+    for h in range(1, 41):                             # 40 prompts that share no block: 40 children of the root
+        tree.stored([h], None, [h] * B, B)
+    tree.removed([7])
+    view = RadixTreeView(tree.log)
+    assert held(view) == set(tree.blocks) and len(view.snapshot().items) < len(tree.blocks)

@@ -107,7 +107,9 @@ def node_paths(tree) -> set[tuple[int, ...]]:
 
 
 def held(view: RadixTreeView) -> set[int]:
-    return {i["id"] for i in view.snapshot().items.values() if i.get("id") and i["mark"] != "evicted"}
+    """The blocks a view's tree holds now (drawn or folded into a "+N" stub): all but the root and the one fading."""
+    fading = {i["id"] for i in view.snapshot().items.values() if i.get("mark") == "evicted"}
+    return {n for n in view.nodes if n} - fading
 
 
 # -- the same tokens -----------------------------------------------------------------------------------------------
