@@ -65,6 +65,17 @@ class Stats:
             self.drafted_per_position[i] += 1
             self.accepted_per_position[i] += i < kept
 
+    def add(self, other: Stats) -> None:
+        """Count another generation's steps too: the sums over several requests (a benchmark's totals)."""
+        for name in ("new_tokens", "prompt_tokens", "cached_tokens", "target_passes", "draft_passes", "drafts",
+                     "drafted", "accepted", "rejected", "wall_s", "target_s", "draft_s", "cache_s"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for mine, theirs in ((self.accepted_per_position, other.accepted_per_position),
+                             (self.drafted_per_position, other.drafted_per_position)):
+            mine.extend([0] * (len(theirs) - len(mine)))
+            for i, n in enumerate(theirs):
+                mine[i] += n
+
     @classmethod
     def from_counters(cls, drafts: int, accepted: int, accepted_per_position: list[int],
                       draft_tokens: int | None = None) -> Stats:

@@ -27,6 +27,7 @@ import dataclasses
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from teachspec.bench.program import batch_once
 from teachspec.busy import Watch, warning
 from teachspec.engine import Engine
 from teachspec.models.pair import Pair
@@ -85,7 +86,7 @@ def _teachspec(pair: Pair, prompts: list[list[int]], n: int, bar) -> dict:
             g = engine.generate(ids, n, **options)
             out[name]["seconds"] += time.perf_counter() - t0
             out[name]["outputs"].append(g.tokens)
-            _add(out[name]["stats"], g.stats.decoding)
+            out[name]["stats"].add(g.stats.decoding)
             bar.update()
     return out
 
@@ -113,33 +114,20 @@ def _vllm(pair: Pair, speculate: str | None, prompts: list[list[int]], batch_pro
     return out
 
 
-def _add(total: Stats, s: Stats) -> None:
-    for name in ("new_tokens", "target_passes", "drafts", "drafted", "accepted", "rejected"):
-        setattr(total, name, getattr(total, name) + getattr(s, name))
-    for i, (a, d) in enumerate(zip(s.accepted_per_position, s.drafted_per_position)):
-        if i == len(total.accepted_per_position):
-            total.accepted_per_position.append(0)
-            total.drafted_per_position.append(0)
-        total.accepted_per_position[i] += a
-        total.drafted_per_position[i] += d
-
-
 def _programs(pair: Pair, example: tuple, watcher: Watcher, remote: RemoteEngine) -> dict:
     """One example program's batch on the server (its runs in flight at once) and on the local engine (greedy):
     the same variables?, and the prefix-cache hit rate each reports (the server's from its own counters)."""
     program, make_arguments, _ = example
     arguments = make_arguments(encode=pair)
-    local = run_batch(program, arguments, engine=Engine(pair), speculate=None)
+    local = batch_once(pair, program, arguments, cache_tokens=8192, speculate=None, k=0)  # the engine's default cache
     before = watcher.settle().counters
     t0 = time.perf_counter()
     there = run_batch(program, arguments, engine=remote)
     seconds = time.perf_counter() - t0
     spent = metrics.difference(watcher.settle().counters, before)
-    calls = [c for s in local for c in s.run.calls]
-    prompt = sum(c.prompt_tokens for c in calls)
-    return {"runs": len(arguments), "identical": [s.variables for s in there] == [s.variables for s in local],
+    return {"runs": len(arguments), "identical": [s.variables for s in there] == local["outputs"],
             "server_hit_rate": spent["prefix_hits"] / spent["prefix_queries"] if spent["prefix_queries"] else 0.0,
-            "local_hit_rate": sum(c.cached_tokens for c in calls) / prompt if prompt else 0.0,
+            "local_hit_rate": local["cached_tokens"] / local["prompt_tokens"] if local["prompt_tokens"] else 0.0,
             "server_seconds": seconds}
 
 

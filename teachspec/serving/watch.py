@@ -199,11 +199,11 @@ class Watcher:
 
     def _receive(self, frames: list[bytes]) -> None:
         """A batch from the live socket: after a jump in the numbers, first the batches in between."""
-        seq = decode(frames)[0]
+        seq, events = decode(frames)
         expected = 0 if self._last_seq is None else self._last_seq + 1
         if seq > expected and self._replay is not None:
             self._catch_up(expected)
-        self._apply(frames)  # counts in `missed` what is still lost
+        self._apply(seq, events)  # counts in `missed` what is still lost
 
     def _catch_up(self, start: int) -> None:
         """Ask the replay socket for batches start, start + 1, ... and apply them; it ends with number -1."""
@@ -215,10 +215,9 @@ class Watcher:
             frames = self._replay.recv_multipart()[1:]  # after the empty delimiter: topic, sequence, payload
             if len(frames) == 3 and frames[1] == (-1).to_bytes(8, "big", signed=True):
                 return
-            self._apply(frames)
+            self._apply(*decode(frames))
 
-    def _apply(self, frames: list[bytes]) -> None:
-        seq, events = decode(frames)
+    def _apply(self, seq: int, events: list[tuple[str, dict]]) -> None:
         self._last_message = time.monotonic()
         if self._last_seq is not None and seq <= self._last_seq:
             return  # seen already: replayed, then arriving live (or the other way round)
