@@ -10,6 +10,7 @@
     side_by_side(tree_view, spec_view)                 two views side by side where the width allows: the tree
                                                        and the text on screen together at 1280 x 720
     charts.acceptance_by_position(log)                 plotly figures of a whole run (see charts.py)
+    Predict(question, choices, answer)                 the student commits to an answer before a cell shows it
     view.to_svg(), chart.to_svg()                      still pictures, for pages that run no widget or plotly.js
 
 A view reads nothing but events, so any trace saved with `EventLog.save` replays in it. Its frames are computed
@@ -37,8 +38,9 @@ Where things live, each module importing only those above it in this list:
 
 from teachspec.widgets import charts
 from teachspec.widgets.export import export_html, side_by_side
+from teachspec.widgets.predict import Predict
 from teachspec.widgets.radix import RadixTreeView
 from teachspec.widgets.speculation import SpeculationView
 from teachspec.widgets.token_tree import TokenTreeView
 
-__all__ = ["RadixTreeView", "SpeculationView", "TokenTreeView", "charts", "export_html", "side_by_side"]
+__all__ = ["Predict", "RadixTreeView", "SpeculationView", "TokenTreeView", "charts", "export_html", "side_by_side"]

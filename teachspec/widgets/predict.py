@@ -1,0 +1,128 @@
+"""Predict, then run: the student commits to an answer before a cell reveals it.
+
+A prediction made before the answer is on screen is what turns a demonstration into a lesson: a wrong guess is
+the moment a student learns. `Predict` shows a question with a few choices (or a box for a number), and a button
+that commits the answer; once committed, the choice is locked, so it cannot drift towards what the next cell shows.
+
+    guess = Predict("Which test catches the bug?", ["the chi-square test", "greedy identity", "both"],
+                    answer="the chi-square test", explain="At temperature 0 ...")        known now: told on commit
+    guess = Predict("How many tokens per target pass at k = 4?", number=True)           measured in the next cell
+    ...                                                                                 (the measurement)
+    guess.reveal(measured)                                                              "you said 2.5; it was 3.1"
+
+The answer stays in Python: it is not sent to the browser before the student commits, so reading the page's source
+does not give it away. A number counts as right within `tolerance` (relative, 20% unless told).
+
+Without a kernel (a static page) the widget shows its question as text; `reveal` then prints the answer alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+def _same(guess, answer, tolerance: float) -> bool:
+    if isinstance(answer, (int, float)) and isinstance(guess, (int, float)):
+        return abs(guess - answer) <= tolerance * max(abs(answer), 1e-12)
+    return guess == answer
+
+
+@dataclass
+class Predict:
+    """One prediction: `question`, `choices` (or `number=True` for a number), the `answer` if it is known before
+    the run (else give it to `reveal`), and `explain`, shown once the answer is."""
+
+    question: str
+    choices: list[str] | None = None
+    answer: str | float | None = None
+    explain: str = ""
+    number: bool = False
+    tolerance: float = 0.2
+    guess: str | float | None = field(default=None, init=False)  # what the student committed, None before
+
+    def __post_init__(self):
+        if not isinstance(self.question, str) or not self.question.strip():
+            raise ValueError(f"question must be a non-empty string, got {self.question!r}")
+        if self.number == (self.choices is not None):
+            raise ValueError(f"give either choices (a list of at least two strings) or number=True, got "
+                             f"choices={self.choices!r}, number={self.number!r}")
+        if self.choices is not None and (not isinstance(self.choices, (list, tuple)) or len(self.choices) < 2
+                                         or not all(isinstance(c, str) for c in self.choices)):
+            raise ValueError(f"choices must be a list of at least two strings, got {self.choices!r}")
+        if self.choices is not None and self.answer is not None and self.answer not in self.choices:
+            raise ValueError(f"answer={self.answer!r} is not one of the choices {list(self.choices)}")
+        if self.number and self.answer is not None and not isinstance(self.answer, (int, float)):
+            raise ValueError(f"answer must be a number when number=True, got {self.answer!r}")
+        if not isinstance(self.tolerance, (int, float)) or not 0 <= self.tolerance < 1:
+            raise ValueError(f"tolerance must be a relative error in [0, 1), got {self.tolerance!r}")
+        self._widget = None
+
+    # -- what the student sees -------------------------------------------------------------------------------------
+
+    def commit(self, guess) -> str:
+        """Lock in `guess` (what the button does); returns the message shown under the question."""
+        if self.guess is not None:
+            raise ValueError(f"a prediction is already committed ({self.guess!r}); it cannot change after the fact")
+        if self.choices is not None and guess not in self.choices:
+            raise ValueError(f"guess={guess!r} is not one of the choices {list(self.choices)}")
+        if self.number and (isinstance(guess, bool) or not isinstance(guess, (int, float))):
+            raise ValueError(f"guess must be a number, got {guess!r}")
+        self.guess = guess
+        if self.answer is None:
+            return f"You predicted {guess}. Now run the next cell."
+        return self._verdict(self.answer)
+
+    def reveal(self, answer=None) -> str:
+        """The answer beside the prediction (printed, and returned). `answer` is what the run measured; it may be
+        left out when the question was built with its answer."""
+        answer = self.answer if answer is None else answer
+        if answer is None:
+            raise ValueError("reveal needs the answer: this prediction was made without one, so pass what the run "
+                             "measured, e.g. guess.reveal(3.1)")
+        text = self._verdict(answer)
+        print(text)
+        return text
+
+    def _verdict(self, answer) -> str:
+        shown = f"{answer:.3g}" if isinstance(answer, float) else str(answer)
+        if self.guess is None:
+            head = f"No prediction was committed. The answer: {shown}."
+        elif _same(self.guess, answer, self.tolerance):
+            head = f"Right: you predicted {self.guess}, and it is {shown}."
+        else:
+            head = f"Not this time: you predicted {self.guess}; it is {shown}."
+        return f"{head} {self.explain}".strip()
+
+    # -- the notebook widget ---------------------------------------------------------------------------------------
+
+    def widget(self):
+        """The ipywidgets form: the question, the choices or a number box, and a Commit button."""
+        import ipywidgets as w  # here: the package imports without ipywidgets
+
+        if self._widget is not None:
+            return self._widget
+        field_ = (w.RadioButtons(options=list(self.choices), value=None, layout=w.Layout(width="auto"))
+                  if self.choices is not None else w.FloatText(value=0.0, layout=w.Layout(width="10em")))
+        button = w.Button(description="Commit", button_style="primary")
+        said = w.HTML()
+
+        def on_commit(_):
+            if field_.value is None:
+                said.value = "<i>Choose an answer first.</i>"
+                return
+            said.value = self.commit(field_.value)
+            field_.disabled = button.disabled = True
+
+        button.on_click(on_commit)
+        self._widget = w.VBox([w.HTML(f"<b>Predict.</b> {self.question}"), field_, button, said],
+                              layout=w.Layout(border="1px solid #888", padding="6px", max_width="1100px"))
+        self._widget.add_class("teachspec-predict")
+        return self._widget
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        text = "Predict: " + self.question + "".join(f"\n  ( ) {c}" for c in self.choices or [])
+        try:
+            bundle = self.widget()._repr_mimebundle_(include=include, exclude=exclude)
+        except ImportError:  # no ipywidgets: the question as text
+            return {"text/plain": text}
+        return {**bundle, "text/plain": text}
