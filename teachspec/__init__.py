@@ -18,7 +18,7 @@ _EXPORTS = {
     "RadixCache": "teachspec.radix.tree",
     "TokenTree": "teachspec.speculative.tree",
     "load_pair": "teachspec.models.pair",
-    "set_threads": "teachspec.device",
+    "set_threads": "teachspec.threads",
     "verify": "teachspec.speculative.verify",
     "verify_tree": "teachspec.speculative.tree",
 }

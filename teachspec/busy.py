@@ -7,7 +7,7 @@ timing the package prints is taken inside a `Watch`, which looks at the machine 
     waited   the time this process's threads were ready to run but had no CPU (Linux: the run-queue delay in
              /proc/self/task/*/schedstat), as a share of the wall time. A quiet machine keeps it near 0.
     load     where the OS does not report that delay: the 1-minute load average over the CPUs this process may
-             use (`device.usable_cpus`); more runnable threads than CPUs means somebody waited.
+             use (`threads.usable_cpus`); more runnable threads than CPUs means somebody waited.
     spread   given the times of repeats of one measurement: the slowest over the fastest. Repeats of the same
              work should agree; when they do not, the machine moved under them.
 
@@ -27,28 +27,12 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from teachspec.device import usable_cpus
+from teachspec.threads import run_queue_ns, usable_cpus
 
 MESSAGE = "this machine was busy: these times are not reliable; rerun"
 WAITED = 0.10  # busy when the threads waited for a CPU longer than a tenth of the wall time, in total
 SPREAD = 1.5  # busy when the slowest repeat took half as long again as the fastest
 LOAD = 0.5  # busy when the load average exceeds the usable CPUs by more than this (runnable threads)
-
-
-def run_queue_ns() -> int | None:
-    """Nanoseconds this process's threads have spent runnable but not running, summed; None where unknown."""
-    total, found = 0, False
-    try:
-        threads = os.listdir("/proc/self/task")
-    except OSError:
-        return None
-    for tid in threads:
-        try:  # "time on a CPU, time waiting for one, timeslices"
-            total += int(Path(f"/proc/self/task/{tid}/schedstat").read_text().split()[1])
-            found = True
-        except (OSError, IndexError, ValueError):
-            continue  # the thread ended meanwhile, or no schedstat in this kernel
-    return total if found else None
 
 
 @dataclass(slots=True)

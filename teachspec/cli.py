@@ -163,7 +163,7 @@ def add_device_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--dtype", type=dtype_name, default=None,
                     help="float32 or fp32 (CPU default), bfloat16 or bf16 (GPU default), float16 or fp16, float64")
     ap.add_argument("--threads", type=whole(1), default=None,
-                    help="CPU threads for torch (default: the CPUs this process may use; see teachspec/device.py)")
+                    help="CPU threads for torch (default: the CPUs this process may use; see teachspec/threads.py)")
 
 
 def add_sampling_args(ap: argparse.ArgumentParser) -> None:
@@ -181,7 +181,7 @@ def add_json_arg(ap: argparse.ArgumentParser) -> None:
 
 def pair_from(args, draft: bool = True):
     """The pair the options name; `draft=False`: its target alone, for plain decoding."""
-    from teachspec.device import set_threads
+    from teachspec.threads import set_threads
     from teachspec.models import BUNDLED, load_pair
 
     if args.threads is not None:
@@ -242,7 +242,7 @@ def cmd_bench_speculative(args) -> None:
 
 def cmd_bench_mechanics(args) -> None:
     from teachspec.bench import mechanics, speculative
-    from teachspec.device import set_threads
+    from teachspec.threads import set_threads
 
     if args.threads is not None:
         set_threads(args.threads)
@@ -293,7 +293,7 @@ def cmd_bench_serving(args) -> None:
     from teachspec.bench import serving
     from teachspec.workloads import docs_completion
 
-    from teachspec.device import set_threads
+    from teachspec.threads import set_threads
     from teachspec.models import load_pair
     from teachspec.serving import vllm_python
 

@@ -42,6 +42,7 @@ from teachspec.speculative.tree import TokenTree, TreeVerdict, verify_tree
 from teachspec.speculative.tree_policy import AdaptiveTree
 from teachspec.speculative.verify import Verdict, at, verify
 from teachspec.stopping import StopRule, stop_strings
+from teachspec.threads import follow
 
 DRAFTERS = ("model", "eagle", "ngram", "oracle", "adversary", None)
 DYNAMIC_DEPTH = 5  # tree="dynamic": levels grown (3 nodes expanded a level, 10 guesses kept: a CPU's pass is dear)
@@ -108,6 +109,7 @@ class Engine:
     def step(self, r: Request) -> None:
         """One speculation step for request `r`: guess, one target pass, verify, keep what was accepted, roll
         both models back, record. With `tree=`, the guesses form a tree (`tree_step`)."""
+        follow()  # the CPU thread count follows the machine's load (teachspec/threads.py); mostly one clock read
         if r.tree is not None:
             return self.tree_step(r)
         proposal = self._guess(r, r.next_k())

@@ -1,4 +1,4 @@
-"""The CPU policy (teachspec/device.py) and the busy-machine check (teachspec/busy.py), on this machine's own
+"""The CPU policy (teachspec/threads.py) and the busy-machine check (teachspec/busy.py), on this machine's own
 scheduler: affinity and cgroup quota limits set for real in subprocesses, busy processes that really spin."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 
-from teachspec import busy, device
+from teachspec import busy, threads
 from teachspec.bench import contention
 
 # A fresh interpreter: torch starts with its own default thread count, then the limit under test is put in place
@@ -22,7 +22,7 @@ LOAD_AFTER = textwrap.dedent("""
     before = torch.get_num_threads()
     {limit}
     from teachspec import load_pair
-    from teachspec.device import usable_cpus
+    from teachspec.threads import usable_cpus
     load_pair("tiny")
     print(before, torch.get_num_threads(), usable_cpus())
 """)
@@ -31,8 +31,8 @@ LOAD_AFTER = textwrap.dedent("""
 def threads_before_and_after(limit: str, **env) -> tuple[int, int]:
     """torch's threads before the limit and after load_pair; the limit alone must account for the one thread
     (the policy also gives way to other processes' load, which on a shared machine could bring it to one)."""
-    clean = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", device.THREADS_ENV,
-                                                              device.CGROUP_ENV)}
+    clean = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", threads.THREADS_ENV,
+                                                              threads.CGROUP_ENV)}
     run = subprocess.run([sys.executable, "-c", LOAD_AFTER.format(limit=limit)], capture_output=True, text=True,
                          timeout=300, env={**clean, **env})
     assert run.returncode == 0, run.stderr[-3000:]
@@ -41,14 +41,14 @@ def threads_before_and_after(limit: str, **env) -> tuple[int, int]:
     return before, after
 
 
-needs_two_cpus = pytest.mark.skipif(len(device.affinity_cpus()) < 2, reason="needs a machine with two CPUs or more")
+needs_two_cpus = pytest.mark.skipif(len(threads.affinity_cpus()) < 2, reason="needs a machine with two CPUs or more")
 
 
 @needs_two_cpus
 def test_an_affinity_of_one_cpu_leaves_torch_one_thread(tmp_path):
-    cpu = min(device.affinity_cpus())
+    cpu = min(threads.affinity_cpus())
     before, after = threads_before_and_after(f"os.sched_setaffinity(0, {{{cpu}}})",
-                                             **{device.CGROUP_ENV: str(tmp_path)})  # no quota in the way
+                                             **{threads.CGROUP_ENV: str(tmp_path)})  # no quota in the way
     assert before >= 2, "torch started with one thread: the test would pass without the policy"
     assert after == 1
 
@@ -56,7 +56,7 @@ def test_an_affinity_of_one_cpu_leaves_torch_one_thread(tmp_path):
 @needs_two_cpus
 def test_a_cgroup_quota_of_one_cpu_leaves_torch_one_thread(tmp_path):
     (tmp_path / "cpu.max").write_text("100000 100000\n")  # cgroup v2: 100 ms of CPU time every 100 ms
-    before, after = threads_before_and_after("", **{device.CGROUP_ENV: str(tmp_path)})
+    before, after = threads_before_and_after("", **{threads.CGROUP_ENV: str(tmp_path)})
     assert before >= 2, "torch started with one thread: the test would pass without the policy"
     assert after == 1
 
@@ -74,50 +74,50 @@ def test_the_cgroup_quota_is_read_from_v1_and_v2_files(tmp_path, files, cpus):
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
-    assert device.cgroup_cpus(tmp_path) == cpus
-    expected = len(device.affinity_cpus()) if cpus is None else max(1, min(len(device.affinity_cpus()), int(cpus)))
-    assert device.usable_cpus(tmp_path) == expected
+    assert threads.cgroup_cpus(tmp_path) == cpus
+    expected = len(threads.affinity_cpus()) if cpus is None else max(1, min(len(threads.affinity_cpus()), int(cpus)))
+    assert threads.usable_cpus(tmp_path) == expected
 
 
 @pytest.fixture
 def chosen():
     """Put the user's choice (conftest sets 1) and torch's count back after a test that changes them."""
-    saved, threads = device._chosen, torch.get_num_threads()
+    saved, count = threads._chosen, torch.get_num_threads()
     yield
-    device._chosen = saved
-    torch.set_num_threads(threads)
+    threads.set_threads(saved or count)  # which also stops following the load
+    threads._chosen = saved
 
 
 def test_set_threads_and_the_environment_override_the_policy(monkeypatch, tmp_path, chosen):
     (tmp_path / "cpu.max").write_text("100000 100000\n")
-    monkeypatch.setenv(device.CGROUP_ENV, str(tmp_path))
+    monkeypatch.setenv(threads.CGROUP_ENV, str(tmp_path))
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    assert device.set_threads(3) == 3 and torch.get_num_threads() == 3
-    assert device.use_cpu_policy() == 3  # the user's choice holds over a quota of one CPU
-    monkeypatch.setenv(device.THREADS_ENV, "2")
-    device._chosen = None
-    assert device.use_cpu_policy() == 2 and torch.get_num_threads() == 2
-    monkeypatch.delenv(device.THREADS_ENV)
-    assert device.set_threads(None) == 1 and torch.get_num_threads() == 1  # back to the policy: the quota
+    assert threads.set_threads(3) == 3 and torch.get_num_threads() == 3
+    assert threads.use_cpu_policy() == 3  # the user's choice holds over a quota of one CPU
+    monkeypatch.setenv(threads.THREADS_ENV, "2")
+    threads._chosen = None
+    assert threads.use_cpu_policy() == 2 and torch.get_num_threads() == 2
+    monkeypatch.delenv(threads.THREADS_ENV)
+    assert threads.set_threads(None) == 1 and torch.get_num_threads() == 1  # back to the policy: the quota
 
 
 @pytest.mark.parametrize("n", [0, -1, 1.5, "2", True])
 def test_set_threads_refuses_what_is_not_a_thread_count(n, chosen):
     with pytest.raises(ValueError, match=f"n must be a whole number of threads >= 1.*got {n!r}"):
-        device.set_threads(n)
+        threads.set_threads(n)
 
 
 def test_a_bad_threads_variable_is_named(monkeypatch, chosen):
-    device._chosen = None
-    monkeypatch.setenv(device.THREADS_ENV, "lots")
+    threads._chosen = None
+    monkeypatch.setenv(threads.THREADS_ENV, "lots")
     with pytest.raises(ValueError, match="TEACHSPEC_THREADS='lots': give a whole number of threads >= 1"):
-        device.use_cpu_policy()
+        threads.use_cpu_policy()
 
 
 def test_set_threads_is_exported_lazily():
     run = subprocess.run([sys.executable, "-c", "import sys, teachspec; print('torch' in sys.modules); "
                           "print(teachspec.set_threads.__module__)"], capture_output=True, text=True, timeout=120)
-    assert run.stdout.split() == ["False", "teachspec.device"], run.stderr
+    assert run.stdout.split() == ["False", "teachspec.threads"], run.stderr
 
 
 # -- the busy-machine check -----------------------------------------------------------------------------------------
@@ -137,7 +137,7 @@ def test_a_check_says_busy_plainly_and_why():
 
 @pytest.mark.skipif(busy.run_queue_ns() is None, reason="this OS does not report run-queue delays")
 def test_a_watch_sees_processes_that_keep_every_cpu_busy():
-    children = contention.start_busy(len(device.affinity_cpus()), seconds=30)
+    children = contention.start_busy(len(threads.affinity_cpus()), seconds=30)
     try:
         with busy.Watch() as watch:
             end = time.perf_counter() + 1.5

@@ -5,7 +5,7 @@ import time
 from teachspec import Engine, load_pair
 from teachspec.bench import contention
 from teachspec.busy import MESSAGE
-from teachspec.device import affinity_cpus
+from teachspec.threads import affinity_cpus
 from teachspec.widgets import SpeculationView
 
 

@@ -162,7 +162,7 @@ def command(args) -> None:
     from teachspec.course.pairs import pick_pair
 
     if args.threads is not None:
-        from teachspec.device import set_threads
+        from teachspec.threads import set_threads
 
         set_threads(args.threads)
     for name, path in record(pick_pair(args.pair), args.out).items():

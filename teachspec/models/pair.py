@@ -190,8 +190,8 @@ def load_pair(name: str | None = None, *, target: str | Path | PreTrainedModel |
     if torch_dtype is not None and dtype is not None and torch_dtype != dtype:
         raise ValueError(f"dtype={dtype!r} and torch_dtype={torch_dtype!r} disagree; give one (torch_dtype is "
                          f"dtype's older name)")
-    from teachspec.device import use_cpu_policy
-    use_cpu_policy()  # no more CPU threads than this process may really use (see teachspec/device.py)
+    from teachspec.threads import use_cpu_policy
+    use_cpu_policy()  # no more CPU threads than this process may really use (see teachspec/threads.py)
     dev = resolve_device(device)
     dt = resolve_dtype(dtype if dtype is not None else torch_dtype, dev)
     if name is None and target is None:

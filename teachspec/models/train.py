@@ -64,7 +64,7 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen3Config
 
-from teachspec.device import set_threads, use_cpu_policy
+from teachspec.threads import set_threads, use_cpu_policy
 from teachspec import kv
 from teachspec.models import corpus
 from teachspec.models.eagle import EagleHead, head_config, load_head, save_head
@@ -412,7 +412,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--self-written", type=int, default=512, help="target continuations to distil on")
     ap.add_argument("--eagle-minutes", type=float, default=30, help="the EAGLE head's budget")
     ap.add_argument("--threads", type=int, default=None,
-                    help="CPU threads for torch (default: the CPUs this process may use; see teachspec/device.py)")
+                    help="CPU threads for torch (default: the CPUs this process may use; see teachspec/threads.py)")
     ap.add_argument("--resume", action="store_true",
                     help="continue training the saved target (or with --stage eagle, the saved head) instead of "
                          "starting from random weights")
