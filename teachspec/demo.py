@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import sys
 
+from teachspec import threads
 from teachspec.busy import Watch
 from teachspec.decode import generate
 from teachspec.engine import Engine
@@ -75,3 +76,5 @@ def run(pair, prompt: str, max_new_tokens: int, temperature: float, k, speculate
           if s.drafted else "nothing was drafted", file=out)
     if watch.check.busy:
         print(watch.check, file=out)
+    if watch.check.busy or threads.history():  # the thread count followed the load: say what it did and why
+        print(threads.describe(), file=out)
