@@ -4,7 +4,9 @@ classic bugs it catches.
 The model's own distributions at one prompt give p (k+1 rows) and q (k rows). Treating the rows as fixed (the
 context-free simplification of tests/test_verify_statistics.py), a batch of drafts is sampled from q and judged by
 an acceptance rule; the token emitted at position j, among the runs that reached j, must then follow p_j exactly
-(Leviathan et al. 2023, Theorem 3.5). A rule copied from `verify_batch` with one bug switched on fails the test.
+(Leviathan et al. 2023, Appendix A.1, "Correctness of speculative sampling", whose normalising constant 1 - beta
+comes from their Theorem 3.5, beta = sum min(p, q); Chen et al. 2023, Theorem 1). A rule copied from `verify_batch`
+with one bug switched on fails the test.
 """
 
 from __future__ import annotations
