@@ -22,6 +22,8 @@ prefixes, and the radix tree (RadixAttention) computes each shared prefix once:
 
     gen(name, max_tokens, stop, temperature)   the model continues; s[name] is its text
     select(name, choices)                      the choice with the highest summed log-probability
+                                               (choices_method="token_length_normalized": the highest mean
+                                               per token, SGLang's default)
     s.fork(n)                                  n branches sharing everything before the fork
     system(...), user(...), assistant(...)     chat turns, laid out as teachspec.chat.Chat lays them out
 

@@ -78,11 +78,31 @@ class Gen:
 
 @dataclass(frozen=True, slots=True)
 class Select:
-    """The target picks the choice with the highest log p(choice | state)."""
+    """The target picks the choice that ranks highest under `choices_method` (CHOICES_METHODS)."""
     name: str
     choices: tuple[str, ...]
+    choices_method: str
     call: str
     where: Where
+
+
+# What select ranks a choice by, from its tokens' log-probabilities after the state (one per token, program/score.py):
+#   sum                      log p(choice | state), the probability of the whole choice. Every token multiplies in
+#                            one more probability below 1, so the sum leans towards short choices. teachspec's default.
+#   token_length_normalized  that sum over the number of tokens, the mean per token: SGLang's default
+#                            (`sgl.token_length_normalized`). No lean to short choices, but a long choice whose later
+#                            tokens follow almost surely from its first can win on them.
+CHOICES_METHODS = {
+    "sum": lambda logprobs: sum(logprobs),
+    "token_length_normalized": lambda logprobs: sum(logprobs) / len(logprobs),
+}
+
+
+def check_choices_method(choices_method) -> str:
+    """The name itself if it is one of CHOICES_METHODS; a ValueError naming the allowed ones otherwise."""
+    if not isinstance(choices_method, str) or choices_method not in CHOICES_METHODS:
+        raise ValueError(f"choices_method must be one of {list(CHOICES_METHODS)}, got {choices_method!r}")
+    return choices_method
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,19 +140,27 @@ def gen(name: str, max_tokens: int = 16, stop: str | list[str] | None = None, te
     return Gen(name, max_tokens, stops or (), params, call, where)
 
 
-def select(name: str, choices: list[str]) -> Select:
+def select(name: str, choices: list[str], choices_method: str = "sum") -> Select:
     """Append the choice the target finds likeliest after the state, and set the variable `name` to it.
 
     Each choice is scored as a continuation of the same state (`program.score.score`): the state is computed once
     and every choice reuses it from the radix tree. Write choices as they would follow the text, usually with their
-    leading space: [" yes", " no"]."""
-    call, where = signature("select", name, choices=choices), caller()
+    leading space: [" yes", " no"]. `choices_method` says what ranks them (CHOICES_METHODS): "sum", the summed
+    log-probability of the choice's tokens (the default), or "token_length_normalized", their mean, SGLang's
+    default. The two agree whenever the choices have the same number of tokens."""
+    default = isinstance(choices_method, str) and choices_method == "sum"
+    call = signature("select", name, choices=choices, **({} if default else {"choices_method": choices_method}))
+    where = caller()
     _check_name(call, where, name)
     if (not isinstance(choices, (list, tuple)) or not choices
             or not all(isinstance(c, str) and c for c in choices) or len(set(choices)) != len(choices)):
         raise ProgramError(call, where, f"choices must be a non-empty list of distinct non-empty strings, got "
                                         f"{choices!r}")
-    return Select(name, tuple(choices), call, where)
+    try:
+        check_choices_method(choices_method)
+    except ValueError as e:
+        raise ProgramError(call, where, str(e)) from e
+    return Select(name, tuple(choices), choices_method, call, where)
 
 
 def _role(role: str, parts: tuple) -> Role:

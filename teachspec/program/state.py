@@ -10,6 +10,7 @@ see a different prefix.
     s += "text"        encode the text, append its ids
     s += gen(...)      engine.generate(s.ids, ...): the same speculative loop and radix cache as any request
     s += select(...)   score(engine, s.ids, choices): every choice reuses the state's KV; the likeliest is appended
+                       (by summed log p, or its mean per token: select's choices_method)
     s.fork(n)          n states that start as copies of this one; their calls share its prefix in the tree
     s += user(...)     a chat turn, laid out by the tokenizer's chat template when it has one (else as plain text)
 
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 
 from teachspec.engine import Engine
 from teachspec.events import ProgramSpan, ProgramStep
-from teachspec.program.calls import ROLES, Gen, ProgramError, Role, Select, Where, caller, signature
+from teachspec.program.calls import CHOICES_METHODS, ROLES, Gen, ProgramError, Role, Select, Where, caller, signature
 from teachspec.program.score import score_on
 from teachspec.templates import marks
 
@@ -81,7 +82,8 @@ class State:
         self.text = text
         self.branch = branch
         self.messages: list[dict] = list(messages or [])  # the chat turns so far, as a chat template reads them
-        self.scores: dict[str, dict[str, float]] = {}           # select's variable -> {choice: log p}
+        self.scores: dict[str, dict[str, float]] = {}  # select's variable -> {choice: what ranked it}: log p, or its
+                                                        # mean per token with choices_method='token_length_normalized'
         self._variables: dict[str, tuple[str, str, Where]] = dict(variables or {})  # name -> (value, call, where)
 
     @property
@@ -189,8 +191,9 @@ class State:
             scored = score_on(engine, self.ids, [engine.pair.encode(c, special=False) for c in sel.choices])
         except Exception as e:
             raise ProgramError(sel.call, sel.where, str(e)) from e
-        self.scores[sel.name] = {c: s.logprob for c, s in zip(sel.choices, scored)}
-        best = max(range(len(scored)), key=lambda i: scored[i].logprob)  # the first of equals, as max() does
+        rank = CHOICES_METHODS[sel.choices_method]  # the summed log p, or its mean per token (calls.py)
+        self.scores[sel.name] = {c: rank(s.logprobs) for c, s in zip(sel.choices, scored)}
+        best = max(range(len(scored)), key=lambda i: self.scores[sel.name][sel.choices[i]])  # the first of equals
         self._commit("select", sel, scored[best].tokens, sel.choices[best],
                      sum(s.stats.prompt_tokens for s in scored), sum(s.stats.cached_tokens for s in scored), 0,
                      sum(s.stats.wall_s for s in scored))

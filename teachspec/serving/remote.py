@@ -9,8 +9,9 @@ ids, not text, so the server sees exactly the ids the local engine would:
              the generated ids come back as they were sampled, with the token that completed a stop string, as the
              local engine keeps them; the program cuts the text at the stop as it does locally (program/state.py)
     select   {"prompt": ids + choice ids, "max_tokens": 1, "prompt_logprobs": 0}
-             the server's log p of every prompt token; a choice's score is the sum over its own tokens, as
-             Engine.score sums them (program/score.py)
+             the server's log p of every prompt token; a choice's are those of its own tokens, as Engine.score
+             gives them (program/score.py), and select ranks them the same way for both engines: their sum, or
+             their mean with choices_method="token_length_normalized" (program/calls.py, CHOICES_METHODS)
 
 Each request is recorded in `events` as the engine records one (RequestStart, Prefill, Finish), with the prompt
 tokens the server served from its prefix cache (`usage.prompt_tokens_details.cached_tokens`, given by a server
