@@ -11,6 +11,9 @@
                                                        and the text on screen together at 1280 x 720
     charts.acceptance_by_position(log)                 plotly figures of a whole run (see charts.py)
     Predict(question, choices, answer)                 the student commits to an answer before a cell shows it
+    explore_speedup(alpha=0.8, c=0.05, k=4)            sliders the student drags: Theorem 3.8 against k, the
+                                                       best k, and where speculation loses (see explore.py)
+    explore_pass_cost(dict(zip(positions, ms)))        a slider over a measured pass-cost curve (lecture 1's)
     view.to_svg(), chart.to_svg()                      still pictures, for pages that run no widget or plotly.js
 
 A view reads nothing but events, so any trace saved with `EventLog.save` replays in it. Its frames are computed
@@ -37,10 +40,12 @@ Where things live, each module importing only those above it in this list:
 """
 
 from teachspec.widgets import charts
+from teachspec.widgets.explore import explore_pass_cost, explore_speedup
 from teachspec.widgets.export import export_html, side_by_side
 from teachspec.widgets.predict import Predict
 from teachspec.widgets.radix import RadixTreeView
 from teachspec.widgets.speculation import SpeculationView
 from teachspec.widgets.token_tree import TokenTreeView
 
-__all__ = ["Predict", "RadixTreeView", "SpeculationView", "TokenTreeView", "charts", "export_html", "side_by_side"]
+__all__ = ["Predict", "RadixTreeView", "SpeculationView", "TokenTreeView", "charts", "explore_pass_cost",
+           "explore_speedup", "export_html", "side_by_side"]

@@ -14,15 +14,42 @@ The answer stays in Python: it is not sent to the browser before the student com
 does not give it away. A number counts as right within `tolerance` (relative, 20% unless told).
 
 Without a kernel (a static page) the widget shows its question as text; `reveal` then prints the answer alone.
+Once the widget is on screen, `reveal` also writes the verdict under the question.
+
+Its text is 16 px, as every view of the course (readable at a projector's 1280 x 720), not ipywidgets' 13 px:
+`readable` gives a form that size, and the sliders of explore.py use it too.
 """
 
 from __future__ import annotations
 
+import html
+import numbers
 from dataclasses import dataclass, field
+
+# ipywidgets sizes its controls by these variables; set on a form, they hold for every control inside it
+STYLE = """<style>
+.{name} {{ --jp-widgets-font-size: 16px; --jp-widgets-inline-height: 32px; --jp-widgets-inline-label-width: 14em;
+  --jp-widgets-radio-item-height-adjustment: 10px; font-size: 16px; }}
+.{name} .widget-html-content {{ font-size: 16px; line-height: 1.45; }}
+</style>"""
+
+
+def readable(box, name: str):
+    """`box` (an ipywidgets container) with the class `name` and the 16 px style for it; returns the box."""
+    import ipywidgets as w  # here: the package imports without ipywidgets
+
+    box.children = (w.HTML(STYLE.format(name=name), layout=w.Layout(display="none")), *box.children)
+    box.add_class(name)
+    return box
+
+
+def _number(x) -> bool:
+    """A plain number: an int, a float, a numpy scalar; not a bool, which Python counts as an int."""
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
 
 
 def _same(guess, answer, tolerance: float) -> bool:
-    if isinstance(answer, (int, float)) and isinstance(guess, (int, float)):
+    if _number(answer) and _number(guess):
         return abs(guess - answer) <= tolerance * max(abs(answer), 1e-12)
     return guess == answer
 
@@ -51,11 +78,11 @@ class Predict:
             raise ValueError(f"choices must be a list of at least two strings, got {self.choices!r}")
         if self.choices is not None and self.answer is not None and self.answer not in self.choices:
             raise ValueError(f"answer={self.answer!r} is not one of the choices {list(self.choices)}")
-        if self.number and self.answer is not None and not isinstance(self.answer, (int, float)):
+        if self.number and self.answer is not None and not _number(self.answer):
             raise ValueError(f"answer must be a number when number=True, got {self.answer!r}")
-        if not isinstance(self.tolerance, (int, float)) or not 0 <= self.tolerance < 1:
+        if not _number(self.tolerance) or not 0 <= self.tolerance < 1:
             raise ValueError(f"tolerance must be a relative error in [0, 1), got {self.tolerance!r}")
-        self._widget = None
+        self._widget = self._said = None
 
     # -- what the student sees -------------------------------------------------------------------------------------
 
@@ -65,7 +92,7 @@ class Predict:
             raise ValueError(f"a prediction is already committed ({self.guess!r}); it cannot change after the fact")
         if self.choices is not None and guess not in self.choices:
             raise ValueError(f"guess={guess!r} is not one of the choices {list(self.choices)}")
-        if self.number and (isinstance(guess, bool) or not isinstance(guess, (int, float))):
+        if self.number and not _number(guess):
             raise ValueError(f"guess must be a number, got {guess!r}")
         self.guess = guess
         if self.answer is None:
@@ -81,10 +108,12 @@ class Predict:
                              "measured, e.g. guess.reveal(3.1)")
         text = self._verdict(answer)
         print(text)
+        if self._said is not None:  # the widget is on screen: the verdict goes under the question too
+            self._said.value = html.escape(text)
         return text
 
     def _verdict(self, answer) -> str:
-        shown = f"{answer:.3g}" if isinstance(answer, float) else str(answer)
+        shown = f"{answer:.3g}" if _number(answer) and not isinstance(answer, numbers.Integral) else str(answer)
         if self.guess is None:
             head = f"No prediction was committed. The answer: {shown}."
         elif _same(self.guess, answer, self.tolerance):
@@ -104,19 +133,19 @@ class Predict:
         field_ = (w.RadioButtons(options=list(self.choices), value=None, layout=w.Layout(width="auto"))
                   if self.choices is not None else w.FloatText(value=0.0, layout=w.Layout(width="10em")))
         button = w.Button(description="Commit", button_style="primary")
-        said = w.HTML()
+        said = self._said = w.HTML()
 
         def on_commit(_):
             if field_.value is None:
                 said.value = "<i>Choose an answer first.</i>"
                 return
-            said.value = self.commit(field_.value)
+            said.value = html.escape(self.commit(field_.value))
             field_.disabled = button.disabled = True
 
         button.on_click(on_commit)
-        self._widget = w.VBox([w.HTML(f"<b>Predict.</b> {self.question}"), field_, button, said],
-                              layout=w.Layout(border="1px solid #888", padding="6px", max_width="1100px"))
-        self._widget.add_class("teachspec-predict")
+        box = w.VBox([w.HTML(f"<b>Predict.</b> {html.escape(self.question)}"), field_, button, said],
+                     layout=w.Layout(border="1px solid #888", padding="6px", max_width="1100px"))
+        self._widget = readable(box, "teachspec-predict")
         return self._widget
 
     def _repr_mimebundle_(self, include=None, exclude=None):
