@@ -18,7 +18,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
-LECTURES = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))  # 01_ ... 10_: the name sorts in lecture order
+LECTURES = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))  # 01_ ... 11_: the name sorts in lecture order
 SOLUTIONS = sorted((NOTEBOOKS / "assignments").glob("a*.ipynb"))
 ALL = [NOTEBOOKS / "index.ipynb", *LECTURES, *SOLUTIONS]
 SANITIZE = NOTEBOOKS / "nbval.cfg"
@@ -39,7 +39,7 @@ def _pair_loadable() -> bool:
 # -- what is committed ---------------------------------------------------------------------------------------------
 
 def test_the_course_is_all_there():
-    assert len(LECTURES) == 10, [p.name for p in LECTURES]
+    assert len(LECTURES) == 11, [p.name for p in LECTURES]
     assert len(SOLUTIONS) >= 3, [p.name for p in SOLUTIONS]
     index = nbformat.read(NOTEBOOKS / "index.ipynb", as_version=4)
     text = "\n".join(c.source for c in index.cells)

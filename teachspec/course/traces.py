@@ -65,7 +65,7 @@ def together(pair) -> EventLog:
     return engine.events
 
 
-# -- lecture 10: vLLM on the same requests -----------------------------------------------------------------------
+# -- lecture 11: vLLM on the same requests -----------------------------------------------------------------------
 
 class Unavailable(RuntimeError):
     """A trace that cannot be recorded here (no vLLM, another pair); `record` skips it and says why."""
@@ -96,7 +96,7 @@ def conversation(s, system_text, messages, max_tokens):
 
 
 def vllm_requests(pair) -> list[tuple]:
-    """Lecture 10's programs with the arguments of each run, in the order it sends them: [(program, [dict])]."""
+    """Lecture 11's programs with the arguments of each run, in the order it sends them: [(program, [dict])]."""
     few_shot = workloads.few_shot(n_questions=4, shots=2, example_tokens=60, question_tokens=40, encode=pair)
     chats = workloads.multi_turn(n_conversations=2, turns=3, message_tokens=24, max_new_tokens=12,
                                  system_tokens=100, encode=pair).conversations
@@ -106,7 +106,7 @@ def vllm_requests(pair) -> list[tuple]:
 
 
 def vllm_blocks(pair) -> EventLog:
-    """Lecture 10: vLLM serving the bundled pair (its draft model, k = 3, a KV cache of VLLM_KV_BLOCKS blocks),
+    """Lecture 11: vLLM serving the bundled pair (its draft model, k = 3, a KV cache of VLLM_KV_BLOCKS blocks),
     watched: its blocks as Insert and Evict events, its counters, and the programs' steps and requests, for three
     greedy continuations, four few-shot questions and two three-turn chats, sent one at a time (so what the cache
     finds does not depend on timing). Raises Unavailable where vLLM is not installed or the pair is another."""
