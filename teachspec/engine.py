@@ -48,6 +48,13 @@ DRAFTERS = ("model", "eagle", "ngram", "oracle", "adversary", None)
 DYNAMIC_DEPTH = 5  # tree="dynamic": levels grown (3 nodes expanded a level, 10 guesses kept: a CPU's pass is dear)
 
 
+def drafting_s(r: Request, seconds: float) -> float | None:
+    """A step's drafting seconds as a policy should learn from them: None for the drafter's first proposal of the
+    request (none counted yet), which also read the prompt (a draft model's prefill, the EAGLE head's first
+    entries) and says nothing about what a guess costs."""
+    return seconds if r.stats.drafts else None
+
+
 def top(probs: torch.Tensor, n: int) -> list[list] | None:
     """The n most likely tokens of one distribution as [[token, probability], ...], for the widgets."""
     if n == 0:
@@ -119,9 +126,10 @@ class Engine:
         emitted = r.commit(verdict.tokens)  # cut at a stop or the budget
         self._roll_back(r)
         self._record(r, verdict, emitted, p, proposal)
+        draft_s = drafting_s(r, proposal.seconds)
         r.stats.add_step(len(proposal.tokens), verdict.accepted, len(emitted), target_s, proposal.passes,
                          proposal.seconds)
-        r.policy.update(len(proposal.tokens), verdict.accepted, proposal.seconds, target_s if uncached == 1 else None)
+        r.policy.update(len(proposal.tokens), verdict.accepted, draft_s, target_s if uncached == 1 else None)
         if r.steps == 0:
             r.stats.mark_first_step(len(r.new), time.perf_counter() - r.started)
         r.steps += 1
@@ -157,10 +165,11 @@ class Engine:
             r.drafter.observe(n_before - m, torch.cat([features[:m], features[[m - 1 + i for i in path]]]))
         self._keep_path(r, n_before, path, bool(shape))
         self._record_tree(r, verdict, emitted, p, n_before - 1)
+        draft_s = drafting_s(r, proposal.seconds)
         r.stats.add_step(max(tree.depth), verdict.accepted, len(emitted), target_s, proposal.passes,
                          proposal.seconds)
         if policy:  # the whole step's seconds too: what the policy's choice costs besides drafting and the pass
-            policy.update(tree, verdict, proposal.passes, proposal.seconds, target_s if uncached == 1 else None,
+            policy.update(tree, verdict, proposal.passes, draft_s, target_s if uncached == 1 else None,
                           time.perf_counter() - begun)
         if r.steps == 0:
             r.stats.mark_first_step(len(r.new), time.perf_counter() - r.started)
@@ -333,10 +342,10 @@ class Engine:
         policy = None if learnt else make_policy(k if drafter is not None else 0)
         # Everything is checked: only now may a learnt policy be made for this setting. What it has learnt of
         # acceptance and the pass costs carries over between requests, for chains and trees alike.
-        if tree == "adaptive":
-            tree = self.adaptive.setdefault(("tree", speculate, params), AdaptiveTree())
+        if tree == "adaptive":  # cold, each starts from its drafter's good fixed choice
+            tree = self.adaptive.setdefault(("tree", speculate, params), AdaptiveTree.cold(speculate))
         if learnt:
-            policy = self.adaptive.setdefault((speculate, params), Adaptive())
+            policy = self.adaptive.setdefault((speculate, params), Adaptive.cold(speculate))
         generator = torch.Generator(device=self.pair.device)
         generator.manual_seed(seed)
         r = Request(self.next_id(), ids, max_new_tokens, params, rule, drafter, policy, generator, tree=tree)

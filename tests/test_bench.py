@@ -48,6 +48,24 @@ def test_the_columns(result):
     assert "| pass cost |" in table and "| measured / paper |" in table and f"| ours k=3 | {k3['speedup']:.2f}x | " in table
 
 
+def test_the_time_split_of_each_method_adds_up_to_its_wall_time(result):
+    """draft passes + target passes + the engine's own work = the wall time the engine measured, per new token."""
+    for workload in ("docs, temperature 0", "copy-heavy, temperature 0"):
+        for name, r in rows(result, workload).items():
+            if name.startswith("transformers"):
+                assert "time_split" not in r  # it records no statistics
+                continue
+            t = r["time_split"]
+            assert t["target_ms"] > 0 and t["engine_ms"] >= 0 and (t["draft_ms"] > 0) == (name != "ours plain")
+            # timed inside the call, a little less than around it (seconds are rounded to the ms)
+            assert sum(t.values()) <= 1e3 * (r["seconds"] + 5e-4) / r["tokens"]
+    eagle = rows(result, "docs, temperature 0")["ours eagle k=3"]["time_split"]
+    table = markdown(result)
+    assert "**Where the time goes**" in table and "| method | draft | target | engine | total |" in table
+    assert (f"| ours eagle k=3 | {eagle['draft_ms']:.2f} | {eagle['target_ms']:.2f} | {eagle['engine_ms']:.2f} | "
+            f"{sum(eagle.values()):.2f} |") in table
+
+
 def test_mechanics_times_the_oracle_on_a_config_built_target():
     pair = mechanics.config_pair(mechanics.Shape(layers=1, hidden=64))
     result = mechanics.bench(pair, n_prompts=2, prompt_tokens=8, n=8, ks=(1, 3), progress=False)

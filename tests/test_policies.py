@@ -5,7 +5,8 @@ import random
 import pytest
 
 from teachspec.engine import Engine
-from teachspec.speculative.policies import Adaptive, Confidence, Constant, Heuristic, make_policy
+from teachspec.sampling import SamplingParams
+from teachspec.speculative.policies import START_K, Adaptive, Confidence, Constant, Heuristic, make_policy
 from teachspec.theory import expected_tokens, optimal_k
 from test_engine import PROMPT, make_pair
 
@@ -120,3 +121,78 @@ def test_make_policy_accepts_ints_names_and_objects_and_refuses_the_rest():
         Confidence(threshold=2)
     with pytest.raises(ValueError, match="decay must be in"):
         Adaptive(decay=1.5)
+
+
+def test_a_cold_policy_starts_from_its_drafters_good_constant_k_and_warms_up_next_to_it():
+    """A cold engine is never far from a good fixed choice: the warm-up is the drafter's constant k and its two
+    neighbours, no plain steps and no short chains."""
+    for drafter, start in (("model", 3), ("eagle", 5), ("ngram", 8), ("adversary", 3), (None, 3)):
+        policy = Adaptive.cold(drafter)
+        ks = []
+        for _ in policy.warmup:
+            ks.append(policy.next_k())
+            policy.update(ks[-1], 0, None, None)
+        assert policy.start == START_K.get(drafter, 3) == start and ks[0] == start
+        assert set(ks) == {start - 1, start, min(start + 1, policy.k_max)} and ks.count(start) >= 3
+    with pytest.raises(ValueError, match="start must be >= 0"):
+        Adaptive(start=-1)
+
+
+def test_a_cold_policy_loses_little_to_the_constant_k_it_starts_from():
+    """Over the first 40 steps, with the costs of a CPU (c = 0.15, each verified token 5% of a pass) and alpha 0.8,
+    the adaptive policy realises at least 0.95 of the expected tokens per second of its constant start k."""
+    def rate(k):
+        return expected_tokens(0.8, k) / (k * 0.15 + 1 + 0.05 * k)
+    ks = simulate(Adaptive.cold("model"), 0.8, 0.15, 0.05, steps=40)
+    realised = sum(expected_tokens(0.8, k) for k in ks) / sum(k * 0.15 + 1 + 0.05 * k for k in ks)
+    assert realised >= 0.95 * rate(3), (ks, realised, rate(3))
+
+
+def test_drafting_that_also_read_the_prompt_counts_for_acceptance_but_not_for_cost():
+    policy = Adaptive()
+    policy.update(3, 2, None, None)  # the request's first proposal: the drafter read the prompt
+    assert policy.draft_passes == 0 and policy.draft_s == 0 and policy.judged_at == [1, 1, 1]
+    policy.update(3, 3, 0.3, 1.0)
+    assert policy.draft_passes == pytest.approx(3) and policy.draft_s == pytest.approx(0.3)
+
+
+def test_acceptance_is_not_forgotten_while_the_policy_does_not_guess():
+    policy = Adaptive()
+    for _ in range(50):
+        policy.update(2, 0, 0.1, 1.0)  # guesses that fail
+    h = policy.acceptance()[0]
+    for _ in range(200):
+        policy.update(0, 0, 0.0, 1.0)  # plain steps: nothing learnt about acceptance
+    assert policy.acceptance()[0] == h < 0.05
+
+
+class Spy(Adaptive):
+    """An adaptive policy that always guesses 3 tokens and remembers every update it heard."""
+
+    def __post_init__(self):
+        super().__post_init__()
+        self.heard = []
+
+    def next_k(self):
+        return 3
+
+    def update(self, k, accepted, draft_s, target_s):
+        self.heard.append((k, draft_s, target_s))
+        super().update(k, accepted, draft_s, target_s)
+
+
+@pytest.mark.parametrize("speculate", ["model", "eagle"])
+def test_the_engine_keeps_one_policy_across_requests_and_times_no_drafting_that_read_the_prompt(speculate):
+    """The draft model reads the prompt in its first proposal of a request, the EAGLE head in its second step (the
+    first has no features yet): neither is timed as drafting; every later proposal is, and the policy (one per
+    drafter and sampling setting) goes on from one request to the next."""
+    engine = Engine(make_pair(), cache_tokens=0)
+    spy = engine.adaptive[(speculate, SamplingParams())] = Spy()
+    for request in range(2):
+        before = len(spy.heard)
+        engine.generate(PROMPT[request:], 24, speculate=speculate, k="adaptive")
+        heard = spy.heard[before:]
+        drafting = [draft_s for k, draft_s, _ in heard if k > 0]
+        assert drafting[0] is None and None not in drafting[1:] and len(drafting) >= 3
+        assert heard[0][2] is None  # the first pass read the prompt: not timed either
+    assert engine.adaptive[(speculate, SamplingParams())] is spy and spy.steps == len(spy.heard)

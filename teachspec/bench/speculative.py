@@ -25,6 +25,11 @@ pass; their "alpha" is per judged depth of the tree, their pass cost that of a p
 no prediction either (a tree's expected tokens are `theory.tree_expected_tokens`, which needs per-rank rates).
 The eagle rows draft with the feature-level head (`speculate="eagle"`); their c is a head pass's time.
 
+Where each method's time goes, per new token over whole requests (`time_split`, from the statistics the engine
+records: `Stats.draft_s`, `target_s`, `wall_s`): ms in draft passes, ms in target passes (the prefill included), and
+the engine's own work, the rest of the wall time (verifying, the drafter's and the policy's bookkeeping, cache
+cropping, events, the radix cache). Plain decoding has no draft column; transformers reports no split.
+
 The run is watched (`teachspec.busy`): when other programs kept the CPUs busy, the tables say so under them.
 """
 
@@ -73,12 +78,16 @@ class Row:
     rejected: int = 0
     draft_passes: int = 0
     draft_s: float = 0.0
+    # whole requests, as the engine timed them (our methods only): wall, draft and target seconds
+    split: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])
 
     def add(self, seconds: float, tokens: list[int], stats=None) -> None:
         self.seconds += seconds
         self.tokens += len(tokens)
         self.outputs.append(tokens)
         if stats is not None:
+            for i, name in enumerate(("wall_s", "draft_s", "target_s")):
+                self.split[i] += getattr(stats, name)
             after = stats.decoding
             self.decoding_s += after.wall_s
             self.decoding_tokens += after.new_tokens
@@ -150,6 +159,16 @@ def run_workload(pair: Pair, prompts: list[list[int]], n: int, params: SamplingP
     return rows
 
 
+def time_split(row: Row) -> dict[str, float] | None:
+    """ms per new token in draft passes, in target passes and in the engine's own work (the rest of the wall
+    time), over whole requests; None for a method that records no statistics (transformers)."""
+    wall, draft, target = row.split
+    if not wall or not row.tokens:
+        return None
+    per = 1e3 / row.tokens
+    return {"draft_ms": draft * per, "target_ms": target * per, "engine_ms": max(0.0, wall - draft - target) * per}
+
+
 def summarise(rows: dict[str, Row], baseline: str = "ours plain") -> list[dict]:
     base = rows[baseline]
     t_target = base.target_s / base.target_passes  # one plain decoding step
@@ -158,6 +177,9 @@ def summarise(rows: dict[str, Row], baseline: str = "ours plain") -> list[dict]:
     for row in rows.values():
         d = {"method": row.method, "k": row.k, "tokens": row.tokens, "seconds": round(row.seconds, 3),
              "tokens_per_s": row.tokens / row.seconds, "speedup": base.seconds / row.seconds * row.tokens / base.tokens}
+        split = time_split(row)
+        if split is not None:
+            d["time_split"] = split
         if row.decoding_tokens:
             d["decoding_speedup"] = per_token / (row.decoding_s / row.decoding_tokens)
             d["tokens_per_target_pass"] = row.decoding_tokens / row.target_passes
@@ -263,6 +285,18 @@ def markdown(result: dict) -> str:
                          f"{r['tokens_per_s']:.0f} | {f('tokens_per_target_pass')} | {f('alpha')} | {f('c')} | "
                          f"{f('pass_cost')} | {f('predicted')} | {f('measured_over_predicted')} | "
                          f"{f('predicted_cost_aware')} | {f('measured_over_cost_aware')} |")
+    lines += ["", "**Where the time goes** (ms per new token over whole requests: draft passes + target passes + "
+              "the engine's own work = the method's wall time per token)"]
+    for name, w in result["workloads"].items():
+        split = [r for r in w["rows"] if "time_split" in r]
+        if not split:
+            continue
+        lines += ["", f"*{name}*", "", "| method | draft | target | engine | total |", "|---|---|---|---|---|"]
+        for r in split:
+            t = r["time_split"]
+            draft = f"{t['draft_ms']:.2f}" if t["draft_ms"] else ""
+            lines.append(f"| {r['method']} | {draft} | {t['target_ms']:.2f} | {t['engine_ms']:.2f} | "
+                         f"{sum(t.values()):.2f} |")
     if warning(result.get("machine")):
         lines += ["", warning(result["machine"])]
     return "\n".join(lines)

@@ -3,6 +3,7 @@
     python -m teachspec.models.train --stage all           # tokenizer, target, draft, EAGLE head: about 2 hours
     python -m teachspec.models.train --stage draft         # retrain only the draft against the saved target
     python -m teachspec.models.train --stage eagle         # retrain only the EAGLE head against the saved target
+    python -m teachspec.models.train --stage draft-vocab   # choose the saved head's draft vocabulary (no training)
     python -m teachspec.models.train --stage target --resume --target-minutes 40   # train the target further
     cp -r teachspec/models/tiny copier                     # optional: a pair that copies (see **copy**)
     python -m teachspec.models.train --stage copy --out copier
@@ -22,6 +23,12 @@ pair is replaced only when `--out` names its folder, `teachspec/models/tiny/`):
 4. **eagle**: the feature-level draft head of `teachspec/models/eagle.py` (one 384-wide decoder layer over the
    target's last hidden state and the next token's embedding), trained with EAGLE's loss (`eagle_loss`) on corpus
    windows and, again, the target's own text, for a fixed budget (30 minutes by default). The target stays frozen.
+   Then its draft vocabulary (EAGLE-3): the `--draft-vocab` tokens most frequent in what the stage trained on
+   (the corpus and the target's own text, each weighted by its share of the batches, as `token_counts` counts
+   them), stored with the head; q is then read out over those tokens only (`teachspec/models/eagle.py`).
+5. **draft-vocab** (not part of `all`): the same choice for a head already trained, without training it again; the
+   head's card gets each size's coverage (the share of the target's own held-out text the vocabulary holds) and
+   greedy agreement, measured on the same held-out text.
 
 **copy** (optional, not part of `all`): the saved target trained further on passages and random runs written twice,
 so that it learns to copy from its context (induction heads, Olsson et al. 2022); a quarter of each batch stays
@@ -67,11 +74,16 @@ from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Pr
 from teachspec.threads import set_threads, use_cpu_policy
 from teachspec import kv
 from teachspec.models import corpus
-from teachspec.models.eagle import EagleHead, head_config, load_head, save_head
+from teachspec.models.eagle import EagleHead, coverage, draft_vocabulary, head_config, load_head, save_head
 
 EOS = "<|endoftext|>"
 BUNDLED = Path(__file__).parent / "tiny"
 OUT = Path("trained-pair")  # never the bundled pair by default: replacing it takes --out naming its folder
+# the EAGLE head's draft vocabulary: chosen by measurement, side by side with the draft model (the README's EAGLE
+# paragraph: 1,024 of 4,096 tokens hold nine in ten of the target's held-out tokens, and a head pass over them costs
+# less than a draft-model pass)
+DRAFT_VOCAB = 1024
+DRAFT_VOCAB_SIZES = (256, 512, 1024, 2048)  # the sizes whose coverage and agreement the card reports
 
 
 @dataclass
@@ -370,28 +382,61 @@ def eagle_agreement(head, target, rows: torch.Tensor) -> list[float]:
     positions where argmax q equals argmax p (the greedy alpha of a first and of a second guess)."""
     head.eval()
     embed, lm_head, base = target.get_input_embeddings(), target.get_output_embeddings(), target.get_decoder()
+    vocab = head.draft_vocab
+
+    def guess(f_hat):  # the head's greedy guess: over its draft vocabulary, when it has one
+        logits = lm_head(f_hat)
+        return logits.argmax(-1) if vocab is None else vocab[logits[..., vocab].argmax(-1)]
+
     f = base(input_ids=rows).last_hidden_state
     best = lm_head(f).argmax(-1)  # (B, T): the target's greedy next token after each position
     pos = torch.arange(1, rows.shape[1]).expand(len(rows), -1)
     first = head(f[:, :-1], embed(rows[:, 1:]), pos)  # f^_t from real features
-    one = (lm_head(first).argmax(-1) == best[:, 1:]).float().mean().item()
+    one = (guess(first) == best[:, 1:]).float().mean().item()
     # a second guess: entry t reads f^_{t-1}; every earlier entry is real (run one position at a time)
     cache, hits = kv.new_cache(head.layers), []
     for t in range(1, min(rows.shape[1], 65)):
         if t >= 2:  # the entry at t from the guessed feature, not kept
-            guess = head(first[:, t - 2:t - 1], embed(rows[:, t:t + 1]), pos[:, t - 1:t], cache=cache)
-            hits.append((lm_head(guess[:, -1]).argmax(-1) == best[:, t]).float())
+            second = head(first[:, t - 2:t - 1], embed(rows[:, t:t + 1]), pos[:, t - 1:t], cache=cache)
+            hits.append((guess(second[:, -1]) == best[:, t]).float())
             kv.crop_to(cache, t - 1)
         head(f[:, t - 1:t], embed(rows[:, t:t + 1]), pos[:, t - 1:t], cache=cache)
     head.train()
     return [one, torch.stack(hits).mean().item()]
 
 
+def token_counts(vocab: int, *sources: torch.Tensor) -> torch.Tensor:
+    """How often each token id occurs in the sources (token ids of any shape), each source counted as a share of
+    its own length and the shares averaged: the eagle stage's batches alternate corpus and the target's own text,
+    so each weighs what it weighs in training, however many tokens of it there are."""
+    return sum(torch.bincount(x.flatten(), minlength=vocab).double() / x.numel() for x in sources) / len(sources)
+
+
+@torch.no_grad()
+def vocab_report(head, target, counts: torch.Tensor, held_out: torch.Tensor, prompt_len: int, size: int) -> dict:
+    """Give `head` the `size` tokens most frequent in `counts` as its draft vocabulary (0: none) and report, for it
+    and for each of `DRAFT_VOCAB_SIZES`, the coverage (the share of the target's own held-out tokens, `held_out`'s
+    rows after their `prompt_len` prompt tokens, that it holds) and the greedy agreement of a first and a second
+    guess over it (`eagle_agreement`)."""
+    written, out = held_out[:, prompt_len:], {"sizes": {}}
+    for v in sorted({*DRAFT_VOCAB_SIZES, size} - {0}):
+        head.draft_vocab = draft_vocabulary(counts, v)
+        out["sizes"][v] = {"coverage": coverage(head.draft_vocab, written),
+                           "greedy_agreement": eagle_agreement(head, target, held_out)}
+    head.draft_vocab = None
+    out["sizes"][counts.numel()] = {"coverage": 1.0, "greedy_agreement": eagle_agreement(head, target, held_out)}
+    head.draft_vocab = draft_vocabulary(counts, size) if size else None
+    out.update(size=size or counts.numel(), held_out_tokens=written.numel(),
+               coverage=out["sizes"][size or counts.numel()]["coverage"])
+    return out
+
+
 # ----------------------------------------------------------------------------------------------------------------
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m teachspec.models.train", description=__doc__.splitlines()[0])
-    ap.add_argument("--stage", choices=["tokenizer", "target", "copy", "draft", "eagle", "all"], default="all")
+    ap.add_argument("--stage", choices=["tokenizer", "target", "copy", "draft", "eagle", "draft-vocab", "all"],
+                    default="all")
     ap.add_argument("--out", type=Path, default=OUT,
                     help="the folder to train into (default: trained-pair/ here; teachspec/models/tiny replaces the "
                          "bundled pair)")
@@ -411,6 +456,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--kd-minutes", type=float, default=10)
     ap.add_argument("--self-written", type=int, default=512, help="target continuations to distil on")
     ap.add_argument("--eagle-minutes", type=float, default=30, help="the EAGLE head's budget")
+    ap.add_argument("--draft-vocab", type=int, default=DRAFT_VOCAB,
+                    help="the EAGLE head's draft vocabulary: how many of the most frequent tokens q is read out over "
+                         "(0: the whole vocabulary)")
     ap.add_argument("--threads", type=int, default=None,
                     help="CPU threads for torch (default: the CPUs this process may use; see teachspec/threads.py)")
     ap.add_argument("--resume", action="store_true",
@@ -420,11 +468,14 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     # a stage that continues earlier work needs that work in --out, which by default is a new folder
     needs = ([] if args.stage in ("tokenizer", "all") else ["tokenizer.json"]) + (
-        ["target"] if args.stage in ("copy", "draft", "eagle") or args.resume else [])
+        ["target"] if args.stage in ("copy", "draft", "eagle", "draft-vocab") or args.resume else []) + (
+        ["eagle"] if args.stage == "draft-vocab" else [])
     missing = [name for name in needs if not (args.out / name).exists()]
     if missing:
         ap.error(f"--stage {args.stage} continues from {' and '.join(missing)} in --out {args.out}, which has none: "
                  f"train them first (--stage all), or start from the bundled pair: cp -r {BUNDLED} {args.out}")
+    if not 0 <= args.draft_vocab <= args.vocab:
+        ap.error(f"--draft-vocab must be in [0, {args.vocab}] (0: the whole vocabulary), got {args.draft_vocab}")
     if args.threads is not None:
         set_threads(args.threads)
     else:
@@ -514,7 +565,8 @@ def main(argv: list[str] | None = None) -> None:
         target = LlamaForCausalLM.from_pretrained(args.out / "target", dtype=torch.float32).eval()
         target.requires_grad_(False)
         earlier = stats.get("eagle") if args.resume else None
-        head = load_head(args.out / "eagle", target).train() if earlier else EagleHead(head_config(target))
+        head = load_head(args.out / "eagle", target, lowered=False).train() if earlier else \
+            EagleHead(head_config(target))
         if earlier:
             gen.manual_seed(args.seed + earlier["steps"])  # fresh batches and text, not a replay of the first run's
         t0 = time.time()
@@ -524,6 +576,7 @@ def main(argv: list[str] | None = None) -> None:
         data = mixed(batches(train, 8, 255, gen), row_batches(own, 8, gen))
         log = fit(head, eagle_loss(target), data, args.eagle_minutes, 1e-3, lambda m: -eagle_agreement(
             m, target, held_out)[0], 255, "eagle", warmup=20)
+        head.draft_vocab = None  # agreement over the whole vocabulary first: what training reached
         one, two = eagle_agreement(head, target, held_out)
         before = earlier or dict.fromkeys(("minutes", "self_written_minutes", "steps", "tokens"), 0)
         card = {"params": sum(p.numel() for p in head.parameters()), "minutes": before["minutes"] + log.minutes,
@@ -531,6 +584,30 @@ def main(argv: list[str] | None = None) -> None:
                 "steps": before["steps"] + log.steps, "tokens": before["tokens"] + log.tokens,
                 "train_loss": log.train_loss, "greedy_agreement": [one, two]}
         print(f"[eagle] greedy agreement, first guess {one:.3f}, second guess {two:.3f}", flush=True)
+        card["draft_vocab"] = vocab_report(head, target, token_counts(args.vocab, train, own), held_out, 64,
+                                           args.draft_vocab) | {"counted_tokens": {"corpus": len(train),
+                                                                                   "target": own.numel()}}
+        save_head(head, args.out / "eagle", card)
+        stats["eagle"] = card
+        stats_path.write_text(json.dumps(stats, indent=2))
+
+
+    if args.stage == "draft-vocab":  # a trained head's draft vocabulary, chosen again; its weights stay as they are
+        target = LlamaForCausalLM.from_pretrained(args.out / "target", dtype=torch.float32).eval()
+        head = load_head(args.out / "eagle", target, lowered=False)
+        card = json.loads((args.out / "eagle" / "config.json").read_text())["eagle"]
+        gen.manual_seed(args.seed + card.get("steps", 0) + 1)
+        t0 = time.time()
+        own = self_written(target, train, n_seq=args.self_written, prompt_len=64, new=192, gen=gen)
+        held_out = self_written(target, val, n_seq=64, prompt_len=64, new=64, gen=gen)
+        print(f"[draft-vocab] target wrote {own.numel() + held_out.numel()} tokens in "
+              f"{(time.time() - t0) / 60:.1f} min", flush=True)
+        card["draft_vocab"] = vocab_report(head, target, token_counts(args.vocab, train, own), held_out, 64,
+                                           args.draft_vocab) | {"counted_tokens": {"corpus": len(train),
+                                                                                   "target": own.numel()}}
+        for v, row in card["draft_vocab"]["sizes"].items():
+            print(f"[draft-vocab] {v} tokens: coverage {row['coverage']:.3f}, greedy agreement "
+                  f"{row['greedy_agreement'][0]:.3f} / {row['greedy_agreement'][1]:.3f}", flush=True)
         save_head(head, args.out / "eagle", card)
         stats["eagle"] = card
         stats_path.write_text(json.dumps(stats, indent=2))

@@ -24,6 +24,14 @@ Guessing more tokens pays only while they are likely to be accepted and cheap to
   c = t_draft / t_verify. k = 0 (plain decoding) is a candidate, so when guessing does not pay the policy stops
   guessing; every `probe_every` steps it tries a k next to the best, to notice when that changes.
 
+A cold `Adaptive` policy knows nothing, so it starts from a good fixed choice, `start` (per drafter: `START_K`, the
+best constant k of the bench runs in the README), and its warm-up stays next to it (start, its neighbours, start
+again): a cold engine is never much worse than that constant k while it learns. The engine keeps one policy per
+drafter and sampling setting for all its requests (`Engine.adaptive`), so what one request measured, the next starts
+from. The drafter's first proposal of a request also reads the prompt (a draft model's prefill, the EAGLE head's
+first entries), so the engine reports no drafting time for it (`draft_s=None`): timed, it would make drafting look
+dear at the start of every request, and the policy would spend the request unlearning it.
+
 Every policy answers `next_k()` before a step and hears `update(...)` after it.
 """
 
@@ -32,6 +40,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from teachspec.checks import check_int
+
+# the constant k a cold adaptive policy starts from, by drafter: the best constant k (or close to it) in the README's
+# bench runs on 2 CPU cores; a drafter not named here starts from 3
+START_K = {"model": 3, "eagle": 5, "ngram": 8, "oracle": 8}
 
 
 class Constant:
@@ -43,7 +55,7 @@ class Constant:
     def next_k(self) -> int:
         return self.k
 
-    def update(self, k: int, accepted: int, draft_s: float, target_s: float | None) -> None:
+    def update(self, k: int, accepted: int, draft_s: float | None, target_s: float | None) -> None:
         pass
 
     def __repr__(self) -> str:
@@ -55,7 +67,7 @@ class Heuristic(Constant):
         super().__init__(k)
         self.k_max = check_int("k_max", k_max, 1)
 
-    def update(self, k: int, accepted: int, draft_s: float, target_s: float | None) -> None:
+    def update(self, k: int, accepted: int, draft_s: float | None, target_s: float | None) -> None:
         if k == 0:
             return
         self.k = min(self.k_max, self.k + 2) if accepted == k else max(1, self.k - 1)
@@ -82,10 +94,13 @@ class Adaptive:
     k_max: int = 8
     decay: float = 0.98
     probe_every: int = 16  # try a k next to the best this often, so the estimates around it stay fresh
-    warmup: tuple[int, ...] = (1, 2, 3, 0, 1, 2, 3, 0)  # first steps: time plain steps and a few k's
+    start: int = 3  # a good constant k to start from, cold (`START_K`)
+    # first steps: start (the first also reads the prompt, so its pass is not timed), then its neighbours, so that
+    # a line through the pass times has a slope; None: (start, start, start - 1, start, start + 1, start)
+    warmup: tuple[int, ...] | None = None
     stop_below = None
-    # running sums, decayed each step: guesses judged and accepted at each draft position, draft seconds and
-    # passes, verify time per k
+    # running sums, decayed each step (acceptance: each step that guessed): guesses judged and accepted at each
+    # draft position, draft seconds and passes, verify time per k
     judged_at: list[float] = field(default_factory=list)
     accepted_at: list[float] = field(default_factory=list)
     draft_s: float = 0.0
@@ -96,8 +111,17 @@ class Adaptive:
 
     def __post_init__(self):
         check_int("k_max", self.k_max, 1)
+        check_int("start", self.start, 0)
         if not 0 < self.decay < 1:
             raise ValueError(f"decay must be in (0, 1), got {self.decay!r}")
+        if self.warmup is None:
+            s = min(self.start, self.k_max)
+            self.warmup = (s, s, max(0, s - 1), s, min(self.k_max, s + 1), s)
+
+    @classmethod
+    def cold(cls, drafter: str | None, **kwargs) -> Adaptive:
+        """A new policy for `drafter` (a `speculate=` name), starting from its good constant k (`START_K`)."""
+        return cls(start=START_K.get(drafter, 3), **kwargs)
 
     @property
     def alpha(self) -> float:
@@ -141,14 +165,26 @@ class Adaptive:
         return max(1e-9, mt + slope * (k - mk))
 
     def predicted_speedup(self, k: int) -> float:
+        return self.predicted_speedups()[k]
+
+    def predicted_speedups(self) -> list[float]:
+        """predicted_speedup(k) for k = 0 .. k_max, every estimate read once (a step's choice: tens of us)."""
         t_draft = self.draft_s / self.draft_passes if self.draft_passes else 0.0
-        return self.expected_tokens(k) * self.t_verify(0) / (k * t_draft + self.t_verify(k))
+        t_verify = [self.t_verify(k) for k in range(self.k_max + 1)]
+        out, total, run = [], 1.0, 1.0
+        for k, h in enumerate([None] + self.acceptance()):
+            if k:
+                run *= h
+                total += run  # E(k)
+            out.append(total * t_verify[0] / (k * t_draft + t_verify[k]))
+        return out
 
     def next_k(self) -> int:
         if self.steps < len(self.warmup):
             k = min(self.warmup[self.steps], self.k_max)
         else:
-            k = max(range(self.k_max + 1), key=self.predicted_speedup)
+            speedups = self.predicted_speedups()
+            k = max(range(self.k_max + 1), key=speedups.__getitem__)
             if self.steps % self.probe_every == 0:
                 # now and then try a neighbour, above and below in turn: the estimates of a k no longer chosen
                 # would go stale, and one unlucky timing could hold the policy at the wrong k for good
@@ -156,16 +192,21 @@ class Adaptive:
         self.last_k = k
         return k
 
-    def update(self, k: int, accepted: int, draft_s: float, target_s: float | None) -> None:
+    def update(self, k: int, accepted: int, draft_s: float | None, target_s: float | None) -> None:
+        """One step: k guesses, `accepted` of them accepted, drafted in `draft_s` seconds (None: the drafting also
+        read the prompt, so it says nothing about a guess's cost), verified in `target_s` (None: the pass also read
+        the prompt)."""
         d = self.decay
         self.steps += 1
-        self.judged_at = [d * x for x in self.judged_at]
-        self.accepted_at = [d * x for x in self.accepted_at]
         self.draft_s, self.draft_passes = d * self.draft_s, d * self.draft_passes
         for v in self.verify.values():
             v[0] *= d
             v[1] *= d
         if k > 0:
+            # acceptance is forgotten only as guesses are judged: a plain step says nothing about it, and forgetting
+            # it there would pull a policy that stopped guessing back towards the prior, and to guessing again
+            self.judged_at = [d * x for x in self.judged_at]
+            self.accepted_at = [d * x for x in self.accepted_at]
             # guesses 1 .. accepted were accepted; the next one, if there was one, was judged and rejected
             judged = min(k, accepted + 1)
             while len(self.judged_at) < judged:
@@ -174,8 +215,9 @@ class Adaptive:
             for i in range(judged):
                 self.judged_at[i] += 1
                 self.accepted_at[i] += i < accepted
-            self.draft_s += draft_s
-            self.draft_passes += k
+            if draft_s is not None:
+                self.draft_s += draft_s
+                self.draft_passes += k
         if target_s is not None:  # None: the pass also read a prompt, so it says nothing about verifying k guesses
             s, n = self.verify.get(k, [0.0, 0.0])
             self.verify[k] = [s + target_s, n + 1]

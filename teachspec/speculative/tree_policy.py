@@ -30,29 +30,41 @@ the cores):
 - o: the rest of a step (verifying, keeping the accepted path's cache, recording, choosing), the same for every
   shape. Leaving it out would undervalue deep shapes, which pay it over more tokens.
 
-Exploration is kept cheap. The warm-up is two steps, a chain (1, 1, 1) and a tree (2, 2, 1): two pass sizes and
-children of rank 1, from which every other shape is extrapolated. After it, every `probe_every` steps the policy
+Exploration is kept cheap, and a cold policy starts from a good fixed choice, `start`: the chain of the drafter's
+good constant k (`policies.START_K`: (1, 1, 1) for the draft model). The warm-up is that chain, a tree (2, 2, 1)
+once, then the chain again until each has a timed pass: two pass sizes and children of rank 1, from which every
+other shape is extrapolated, at the price of one tree step. After it, every `probe_every` steps the policy
 tries a *contender* instead of its choice: the shape predicted within `margin` of the best that it tried least
 recently, so that the estimates next to its choice stay fresh and one unlucky timing does not write a shape off
 for good. A shape predicted far worse (a big tree where passes are dear) is tried again only as the runner-up,
 every fourth probe at most, so when trees do not pay the policy settles on a chain and stays there. Timings
 forget fast (`cost_decay`), so when the cores get busier it leaves a big tree within a few dozen steps.
+
+What it measured carries over between requests: the engine keeps one policy per drafter and sampling setting
+(`Engine.adaptive`). Only what says nothing about drafting is left out: the drafter's first proposal of a request
+also reads the prompt (a draft model's prefill, the EAGLE head's first entries), so the engine reports no drafting
+time for it (`draft_s=None`), and the step's pass over a prompt is not timed either (`target_s=None`). Timed, the
+first made drafting look several times dearer at the start of every request, and with timings forgotten within a
+few dozen steps the policy spent each short request on shallow shapes, unlearning it.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
+from teachspec.speculative.policies import START_K
 from teachspec.speculative.tree import TokenTree, TreeVerdict
-from teachspec.theory import static_tree, static_tree_expected_tokens
+from teachspec.theory import static_tree
 
 CHAINS = tuple((1,) * k for k in range(1, 9))
 TREES = ((2,), (2, 1), (2, 1, 1), (2, 1, 1, 1), (2, 2), (2, 2, 1), (2, 2, 1, 1), (3, 1, 1), (3, 2, 1), (3, 2, 2, 1),
          (4, 2, 2, 1))
 CANDIDATES = ((),) + CHAINS + TREES
-WARMUP = ((1, 1, 1), (2, 2, 1))  # passes over 4 and 11 nodes, children of rank 0 and 1
+TREE = (2, 2, 1)  # the warm-up's one tree: a pass over 11 nodes, children of rank 1
 
 
+@functools.cache
 def load(shape: tuple[int, ...]) -> tuple[int, int, int]:
     """(nodes, draft passes, nodes the draft feeds) of a static shape, root included: a draft model grows it one
     pass a level, each over the level above (the root's pass first; the deepest level is never fed)."""
@@ -73,7 +85,8 @@ class AdaptiveTree:
     probe_every: int = 12  # this often, try a contender instead of the best, so its estimates stay fresh
     margin: float = 0.1  # contenders: predicted within this fraction of the best
     prior: float = 4.0  # pseudo-observations by which each h and each size's pass time leans on its neighbours
-    warmup: tuple[tuple[int, ...], ...] = WARMUP
+    start: tuple[int, ...] = (1, 1, 1)  # a good fixed shape to start from, cold (`cold`)
+    warmup: tuple[tuple[int, ...], ...] | None = None  # None: (start, TREE, start, start)
     tried: dict[tuple[int, int], float] = field(default_factory=dict)  # (depth, rank) -> decayed tries
     accepted: dict[tuple[int, int], float] = field(default_factory=dict)
     passes: dict[int, list[float]] = field(default_factory=dict)  # nodes -> [decayed seconds, decayed count]
@@ -95,8 +108,15 @@ class AdaptiveTree:
             raise ValueError(f"prior must be > 0 pseudo-observations, got {self.prior!r}")
         if not isinstance(self.probe_every, int) or self.probe_every < 1:
             raise ValueError(f"probe_every must be an int >= 1, got {self.probe_every!r}")
-        for shape in self.candidates + self.warmup:
+        if self.warmup is None:
+            self.warmup = (self.start, TREE, self.start, self.start)
+        for shape in self.candidates + self.warmup + (self.start,):
             static_tree(shape)  # refuses a shape that is not a tuple of ints >= 1
+
+    @classmethod
+    def cold(cls, drafter: str | None, **kwargs) -> AdaptiveTree:
+        """A new policy for `drafter` (a `speculate=` name), starting from the chain of its good constant k."""
+        return cls(start=(1,) * START_K.get(drafter, 3), **kwargs)
 
     # -- the model ---------------------------------------------------------------------------------------------
 
@@ -154,10 +174,26 @@ class AdaptiveTree:
         E / (overhead + a passes + b fed + t(n)), every estimate read once."""
         table, (a, b), pass_s = self.acceptance(), self.draft_cost(), self.pass_curve()
         o = self.overhead[0] / self.overhead[1] if self.overhead[1] else 0.0
+        # E of a static shape is 1 + A_0 + A_0 A_1 + ..., A_d = 1 - (chance all b children at depth d are rejected)
+        # (`theory.static_tree_expected_tokens`, written out here: the table is the policy's own, checked by
+        # construction, and every candidate shares its products, so a step's choice costs tens of microseconds)
+        rejected: dict[tuple[int, int], float] = {}  # (depth, children) -> chance that all are rejected
+
+        def all_rejected(d: int, children: int) -> float:
+            if (d, children) not in rejected:
+                row = table[min(d, len(table) - 1)]  # depths and ranks past the table repeat its last
+                rejected[d, children] = (1 - row[min(children - 1, len(row) - 1)]) * (
+                    all_rejected(d, children - 1) if children > 1 else 1.0)
+            return rejected[d, children]
+
         out = {}
         for shape in self.candidates if shapes is None else shapes:
             nodes, passes, fed = load(shape)
-            out[shape] = static_tree_expected_tokens(shape, table) / (o + a * passes + b * fed + pass_s(nodes))
+            total, reach = 1.0, 1.0
+            for d, children in enumerate(shape):
+                reach *= 1 - all_rejected(d, children)  # A_d
+                total += reach
+            out[shape] = total / (o + a * passes + b * fed + pass_s(nodes))
         return out
 
     def tokens_per_s(self, shape: tuple[int, ...]) -> float:
@@ -184,11 +220,12 @@ class AdaptiveTree:
         self.last = shape
         return shape
 
-    def update(self, tree: TokenTree, verdict: TreeVerdict, passes: int, draft_s: float,
+    def update(self, tree: TokenTree, verdict: TreeVerdict, passes: int, draft_s: float | None,
                target_s: float | None, step_s: float | None = None) -> None:
         """What one step measured: its child verifications, its drafting (`passes` draft passes over every node
-        above the deepest level, in `draft_s` seconds) and, unless the pass also read the prompt (`target_s`
-        None), the target pass over its nodes and the whole step's `step_s` seconds, if given."""
+        above the deepest level, in `draft_s` seconds, unless the drafter also read the prompt: None) and, unless
+        the pass also read the prompt (`target_s` None), the target pass over its nodes and, when the drafting was
+        timed too, the whole step's `step_s` seconds, if given."""
         d, e = self.decay, self.cost_decay
         self.steps += 1
         for table, w in ((self.tried, d), (self.accepted, d), (self.draft, e)):
@@ -200,15 +237,16 @@ class AdaptiveTree:
             key = (node.depth - 1, tree.children[node.parent].index(node.node))
             self.tried[key] = self.tried.get(key, 0.0) + 1
             self.accepted[key] = self.accepted.get(key, 0.0) + (node.decision == "accept")
-        deepest = max(tree.depth)
-        fed = sum(1 for depth in tree.depth if depth < deepest) if passes else 0
-        for key, x, y in (("pp", passes, passes), ("pf", passes, fed), ("ff", fed, fed), ("ps", passes, draft_s),
-                          ("fs", fed, draft_s)):
-            self.draft[key] += x * y
+        if draft_s is not None:
+            deepest = max(tree.depth)
+            fed = sum(1 for depth in tree.depth if depth < deepest) if passes else 0
+            for key, x, y in (("pp", passes, passes), ("pf", passes, fed), ("ff", fed, fed), ("ps", passes, draft_s),
+                              ("fs", fed, draft_s)):
+                self.draft[key] += x * y
         if target_s is not None:
             s, c = self.passes.get(len(tree.tokens), [0.0, 0.0])
             self.passes[len(tree.tokens)] = [s + target_s, c + 1]
-            if step_s is not None:
+            if step_s is not None and draft_s is not None:
                 self.overhead[0] += max(0.0, step_s - draft_s - target_s)
                 self.overhead[1] += 1
             if self.warmed < len(self.warmup) and self.last == self.warmup[self.warmed]:
