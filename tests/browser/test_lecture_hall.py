@@ -212,9 +212,10 @@ def test_lecture_5s_tree_fits_and_keeps_the_nodes_its_caption_names_in_view(lab,
 # -- lecture 7: both views, played ---------------------------------------------------------------------------------
 
 def lecture_7_cells() -> list[str]:
-    """Lecture 7's cells, found by what they do: the pair, the live views, the run, the charts, the replay."""
+    """Lecture 7's cells, found by what they do: the pair, the live views, the prediction its run reveals, the run,
+    the charts, the replay."""
     cells = [c.source for c in nbformat.read(LECTURE_7, as_version=4).cells if c.cell_type == "code"]
-    wanted = ("pick_pair(", "SpeculationView.live(", "engine.serve(requests", "charts.cache_over_time(",
+    wanted = ("pick_pair(", "SpeculationView.live(", "hit_guess = Predict(", "engine.serve(requests", "charts.cache_over_time(",
               "charts.tokens_per_pass(", 'EventLog.load("traces/together.jsonl")')
     found = [next((c for c in cells if w in c), None) for w in wanted]
     assert all(found), f"lecture 7 no longer has the cells {[w for w, c in zip(wanted, found) if c is None]}"
