@@ -47,6 +47,16 @@ def fits(page, form) -> None:
     assert not page.evaluate(SMALL_TEXT, [form.element_handle()])
 
 
+def drag(page, slider, share: float) -> None:
+    """Drag `slider`'s handle with the mouse to `share` of its track, as a student would."""
+    track = slider.locator(".noUi-target").bounding_box()
+    handle = slider.locator(".noUi-handle").bounding_box()
+    page.mouse.move(handle["x"] + handle["width"] / 2, handle["y"] + handle["height"] / 2)
+    page.mouse.down()
+    page.mouse.move(track["x"] + share * track["width"], track["y"] + track["height"] / 2, steps=8)
+    page.mouse.up()
+
+
 def test_predict_commits_and_the_sliders_move_the_numbers(lab, tmp_path, shots):
     url, token = lab
     write(tmp_path / "lab" / "predict.ipynb", CELLS)
@@ -85,12 +95,7 @@ def test_predict_commits_and_the_sliders_move_the_numbers(lab, tmp_path, shots):
         assert "2.80x" in readout.inner_text() and "Best k for this alpha and c: 8" in readout.inner_text()
         sliders = explorer.locator(".widget-slider")
         assert sliders.count() == 3
-        track = sliders.nth(0).locator(".noUi-target").bounding_box()
-        handle = sliders.nth(0).locator(".noUi-handle").bounding_box()
-        page.mouse.move(handle["x"] + handle["width"] / 2, handle["y"] + handle["height"] / 2)
-        page.mouse.down()
-        page.mouse.move(track["x"] + 0.4 * track["width"], track["y"] + track["height"] / 2, steps=8)
-        page.mouse.up()
+        drag(page, sliders.nth(0), 0.4)
         page.wait_for_function("(e) => !e.innerText.includes('2.80x')", arg=readout.element_handle(),
                                timeout=10_000)
         alpha = float(sliders.nth(0).locator(".widget-readout").inner_text())
@@ -106,12 +111,7 @@ def test_predict_commits_and_the_sliders_move_the_numbers(lab, tmp_path, shots):
         readout.get_by_text("tokens per target pass at k = 6").wait_for(timeout=10_000)
 
         # drag c above alpha: no k wins, said in words and on the chart
-        track = sliders.nth(1).locator(".noUi-target").bounding_box()
-        handle = sliders.nth(1).locator(".noUi-handle").bounding_box()
-        page.mouse.move(handle["x"] + handle["width"] / 2, handle["y"] + handle["height"] / 2)
-        page.mouse.down()
-        page.mouse.move(track["x"] + 0.9 * track["width"], track["y"] + track["height"] / 2, steps=8)
-        page.mouse.up()
+        drag(page, sliders.nth(1), 0.9)
         readout.get_by_text("no k beats plain decoding").wait_for(timeout=10_000)
         assert "Best k for this alpha and c: 0" in readout.inner_text()
         explorer.locator(".js-plotly-plot .annotation-text", has_text="no k > 0 beats plain decoding").wait_for(
