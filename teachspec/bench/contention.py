@@ -77,11 +77,6 @@ def timed(engine: Engine, n: int, speculate: str | None, k: int) -> tuple[float,
     return out.stats.wall_s / out.stats.new_tokens, waited, torch.get_num_threads()
 
 
-def use(threads: int | None) -> None:
-    """A fixed count, or None: the policy, decided now and following the load from here."""
-    set_threads(threads)
-
-
 def summary(runs: dict[str, list], n: int) -> dict:
     """Median tokens/s of the plain and speculative runs, the speedup, the share of the time the threads waited
     for a CPU, and the thread counts the runs ended on."""
@@ -100,13 +95,13 @@ def measure(engine: Engine, settings: dict[str, int | None], n: int, repeats: in
     `summary` reports."""
     runs = {s: {"plain": [], "speculative": []} for s in settings}
     for setting in settings:  # warm-up: each thread count's first passes pick their kernels
-        use(settings[setting])
+        set_threads(settings[setting])  # None: the policy, decided now, following
         timed(engine, 4, None, k)
         timed(engine, 4, "model", k)
     for r in range(repeats):
         order = list(settings) if r % 2 == 0 else list(settings)[::-1]  # so that drift hits every setting alike
         for setting in order:
-            use(settings[setting])
+            set_threads(settings[setting])  # None: the policy, decided now, following
             for method in ("plain", "speculative") if r % 2 == 0 else ("speculative", "plain"):
                 runs[setting][method].append(timed(engine, n, "model" if method == "speculative" else None, k))
     return {setting: summary(runs[setting], n) for setting in settings}
@@ -115,7 +110,7 @@ def measure(engine: Engine, settings: dict[str, int | None], n: int, repeats: in
 def arrival(engine: Engine, n: int, repeats: int, k: int, busy_seconds: float, after: int = 8) -> dict:
     """The policy on a quiet machine, then ONE busy process arriving after the engine is built, then leaving:
     quiet and busy `summary`s, and the plain tokens/s of the `after` requests that follow its leaving."""
-    use(None)  # decided now, on the quiet machine
+    set_threads(None)  # the policy, decided now, on the quiet machine
     timed(engine, 4, None, k)
     timed(engine, 4, "model", k)
     phases = {}
@@ -153,7 +148,7 @@ def bench(pair: Pair, busy=(0, 1, 2), new_tokens: int = 64, repeats: int = 3, k:
                          "none; load one with --target and --draft, or use the bundled pair")
     fixed = dataclasses.replace(pair, eos_token_id=None)  # every run decodes exactly new_tokens tokens
     engine = Engine(fixed, cache_tokens=0)  # no prefix cache: every run computes its own prefill
-    saved, chosen = torch.get_num_threads(), threads._chosen
+    chosen = threads._chosen
     result = {"pair": pair.name, "cpus": os.cpu_count(), "new_tokens": new_tokens, "repeats": repeats, "k": k,
               "rows": [], "machine": None, "after": None}
     bar = tqdm(total=len(busy) + 1, desc="bench contention", disable=not progress)
@@ -179,10 +174,7 @@ def bench(pair: Pair, busy=(0, 1, 2), new_tokens: int = 64, repeats: int = 3, k:
         result["after"] = came["after"]
         bar.update(1)
     finally:
-        set_threads(saved)
-        threads._chosen = chosen
-        if chosen is None:
-            threads.use_cpu_policy()
+        set_threads(chosen)  # the count chosen before, or the policy again
         bar.close()
     quiet = {r["setting"]: r for r in result["rows"] if r["busy"] == 0}
     for row in result["rows"]:

@@ -48,6 +48,7 @@ from teachspec.engine import Engine
 from teachspec.events import EventLog
 from teachspec.models.pair import Pair
 from teachspec.sampling import SamplingParams
+from teachspec.stats import Stats
 from teachspec.theory import expected_tokens, speedup
 
 
@@ -78,16 +79,14 @@ class Row:
     rejected: int = 0
     draft_passes: int = 0
     draft_s: float = 0.0
-    # whole requests, as the engine timed them (our methods only): wall, draft and target seconds
-    split: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])
+    whole: Stats = field(default_factory=Stats)  # whole requests, as the engine counted them (our methods only)
 
     def add(self, seconds: float, tokens: list[int], stats=None) -> None:
         self.seconds += seconds
         self.tokens += len(tokens)
         self.outputs.append(tokens)
         if stats is not None:
-            for i, name in enumerate(("wall_s", "draft_s", "target_s")):
-                self.split[i] += getattr(stats, name)
+            self.whole.add(stats)
             after = stats.decoding
             self.decoding_s += after.wall_s
             self.decoding_tokens += after.new_tokens
@@ -162,7 +161,7 @@ def run_workload(pair: Pair, prompts: list[list[int]], n: int, params: SamplingP
 def time_split(row: Row) -> dict[str, float] | None:
     """ms per new token in draft passes, in target passes and in the engine's own work (the rest of the wall
     time), over whole requests; None for a method that records no statistics (transformers)."""
-    wall, draft, target = row.split
+    wall, draft, target = row.whole.wall_s, row.whole.draft_s, row.whole.target_s
     if not wall or not row.tokens:
         return None
     per = 1e3 / row.tokens
