@@ -7,6 +7,7 @@ on a small config-built stand-in instead (seconds, no weights), see teachspec/co
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -263,12 +264,15 @@ def test_an_unknown_pair_is_refused(monkeypatch):
 
 # -- running them --------------------------------------------------------------------------------------------------
 
-def _nbval(path: Path) -> subprocess.CompletedProcess:
-    """pytest --nbval-lax on one notebook, in the environment the tests run in, as .ci/run does."""
+def _nbval(path: Path, claims: Path | None = None) -> subprocess.CompletedProcess:
+    """pytest --nbval-lax on one notebook, in the environment the tests run in, as .ci/run does; the lecture's
+    claims (`teachspec/course/claims.py`) go to the file `claims`, when given."""
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax", "--nbval-current-env",
            "--nbval-kernel-startup-timeout", "300", "--nbval-sanitize-with", str(SANITIZE), str(path)]
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2"),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    if claims is not None:
+        env["TEACHSPEC_CLAIMS"] = str(claims)
     return subprocess.run(cmd, check=False, cwd=path.parent, env=env, capture_output=True, text=True, timeout=600)
 
 
@@ -322,7 +326,13 @@ def test_nbconvert_to_html_shows_a_chart_without_running():
 
 @pytest.mark.skipif(not _pair_loadable(), reason="the bundled pair is not on disk; set TEACHSPEC_NOTEBOOK_PAIR=config")
 @pytest.mark.parametrize("path", ALL, ids=_id)
-def test_runs_under_nbval(path):
-    """nbval-lax: every cell must run; cells marked # NBVAL_CHECK_OUTPUT must reproduce their stored output."""
-    run = _nbval(path)
+def test_runs_under_nbval(path, tmp_path):
+    """nbval-lax: every cell must run; cells marked # NBVAL_CHECK_OUTPUT must reproduce their stored output; and
+    every direction the prose states about a measurement (a `claim`) holds on this run, the committed seed on a
+    quiet machine (tests/test_lecture_claims.py reruns them with other seeds, and beside a busy neighbour)."""
+    record = tmp_path / "claims.jsonl"
+    run = _nbval(path, record)
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
+    claims = [json.loads(line) for line in record.read_text().splitlines()] if record.exists() else []
+    failed = [f"{c['says']} ({c['measured']})" for c in claims if not c["holds"]]
+    assert not failed, f"{path.name}: the prose says what this run did not show: " + "; ".join(failed)
