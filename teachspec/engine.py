@@ -119,17 +119,28 @@ class Engine:
         follow()  # the CPU thread count follows the machine's load (teachspec/threads.py); mostly one clock read
         if r.tree is not None:
             return self.tree_step(r)
-        proposal = self._guess(r, r.next_k())
+        k, accepted, _, draft_s, target_s = self._chain_step(r, r.next_k())
+        r.policy.update(k, accepted, draft_s, target_s)
+        self._end_step(r)
+
+    def _chain_step(self, r: Request, k: int) -> tuple[int, int, int, float | None, float | None]:
+        """Up to k guesses in a chain, one target pass, verify, commit, roll back, record. Returns what a policy
+        learns from: the guesses made, how many were accepted, the draft passes, the drafting seconds and the
+        target pass's (None where they also read the prompt: `drafting_s`, and a pass over more than the step's
+        own tokens)."""
+        proposal = self._guess(r, k)
         p, target_s, uncached = self._target_pass(r, proposal)  # (k + 1, V)
         guesses = torch.tensor(proposal.tokens, dtype=torch.long, device=self.pair.device)  # (k,)
         verdict = verify(p, proposal.q, guesses, r.generator, check=False)  # warp made p and q
         emitted = r.commit(verdict.tokens)  # cut at a stop or the budget
         self._roll_back(r)
         self._record(r, verdict, emitted, p, proposal)
-        draft_s = drafting_s(r, proposal.seconds)
+        draft_s = drafting_s(r, proposal.seconds)  # before add_step counts this proposal
         r.stats.add_step(len(proposal.tokens), verdict.accepted, len(emitted), target_s, proposal.passes,
                          proposal.seconds)
-        r.policy.update(len(proposal.tokens), verdict.accepted, draft_s, target_s if uncached == 1 else None)
+        return len(proposal.tokens), verdict.accepted, proposal.passes, draft_s, target_s if uncached == 1 else None
+
+    def _end_step(self, r: Request) -> None:
         if r.steps == 0:
             r.stats.mark_first_step(len(r.new), time.perf_counter() - r.started)
         r.steps += 1
@@ -144,13 +155,11 @@ class Engine:
         left = max(0, r.max_new_tokens - len(r.new) - 1)  # no deeper than the budget can use
         shape = (DYNAMIC_DEPTH,) * min(DYNAMIC_DEPTH, left) if r.tree == "dynamic" else \
             (policy.next_shape() if policy else r.tree)[:left]
-        t0 = time.perf_counter()
-        if not shape:
-            proposal = TreeProposal(TokenTree((-1,), (r.ids[-1],)), None, 0, time.perf_counter() - t0)
-        elif r.tree == "dynamic":
-            proposal = r.drafter.propose_dynamic(r.ids, depth=len(shape), params=r.params, generator=r.generator)
-        else:
-            proposal = r.drafter.propose_tree(r.ids, shape, r.params, r.generator)
+        if policy and set(shape) <= {1}:  # a chain (or no guess) runs as a chain: no tree mask, no cache to compact
+            k, accepted, passes, draft_s, target_s = self._chain_step(r, len(shape))
+            policy.update_chain(k, accepted, passes, draft_s, target_s, time.perf_counter() - begun)
+            return self._end_step(r)
+        proposal = self._propose_tree(r, shape)
         tree, n_before = proposal.tree, len(r.ids)
         if len(tree.tokens) > 1:
             self.events.emit(TreeDraft, r.id, step=r.steps, position=n_before - 1, parents=list(tree.parents),
@@ -171,9 +180,16 @@ class Engine:
         if policy:  # the whole step's seconds too: what the policy's choice costs besides drafting and the pass
             policy.update(tree, verdict, proposal.passes, draft_s, target_s if uncached == 1 else None,
                           time.perf_counter() - begun)
-        if r.steps == 0:
-            r.stats.mark_first_step(len(r.new), time.perf_counter() - r.started)
-        r.steps += 1
+        self._end_step(r)
+
+    def _propose_tree(self, r: Request, shape: tuple[int, ...]) -> TreeProposal:
+        """The drafter's tree of `shape` (EAGLE-2's dynamic tree of that depth for tree="dynamic"); the root alone
+        when the budget leaves no room to guess."""
+        if not shape:
+            return TreeProposal(TokenTree((-1,), (r.ids[-1],)), None, 0, 0.0)
+        if r.tree == "dynamic":
+            return r.drafter.propose_dynamic(r.ids, depth=len(shape), params=r.params, generator=r.generator)
+        return r.drafter.propose_tree(r.ids, shape, r.params, r.generator)
 
     def _keep_path(self, r: Request, n_before: int, path: list[int], drafted: bool) -> None:
         """Both models keep the committed tokens' keys and values, then the accepted path's nodes' (node i was

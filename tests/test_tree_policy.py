@@ -10,6 +10,7 @@ import random
 import pytest
 
 from teachspec import Engine, load_pair
+from teachspec.sampling import SamplingParams
 from teachspec.speculative.tree import NodeRecord, TokenTree, TreeVerdict
 from teachspec.speculative.tree_policy import CANDIDATES, CHAINS, AdaptiveTree, load
 from teachspec.theory import static_tree, static_tree_expected_tokens, tree_expected_tokens
@@ -149,20 +150,19 @@ def test_a_cold_policy_loses_little_to_the_chain_it_starts_from():
 
 
 def test_the_engine_keeps_one_tree_policy_across_requests_and_times_no_drafting_that_read_the_prompt():
-    from teachspec.sampling import SamplingParams
     from test_engine import PROMPT, make_pair
     heard = []
 
-    class Spy(AdaptiveTree):
-        def update(self, tree, verdict, passes, draft_s, target_s, step_s=None):
-            heard.append((max(tree.depth), draft_s, target_s))
-            super().update(tree, verdict, passes, draft_s, target_s, step_s)
+    class Spy(AdaptiveTree):  # hears chain steps and tree steps alike
+        def _measure(self, tried, nodes, passes, fed, draft_s, target_s, step_s, overhead):
+            heard.append((nodes, draft_s, target_s))
+            super()._measure(tried, nodes, passes, fed, draft_s, target_s, step_s, overhead)
     engine = Engine(make_pair(), cache_tokens=0)
     spy = engine.adaptive[("tree", "model", SamplingParams())] = Spy(candidates=((1, 1, 1),))
     for request in range(2):
         before = len(heard)
         engine.generate(PROMPT[request:], 24, speculate="model", tree="adaptive")
-        drafting = [draft_s for depth, draft_s, _ in heard[before:] if depth > 0]
+        drafting = [draft_s for nodes, draft_s, _ in heard[before:] if nodes > 1]
         assert drafting[0] is None and None not in drafting[1:] and len(drafting) >= 3
     assert engine.adaptive[("tree", "model", SamplingParams())] is spy and spy.steps == len(heard)
 
@@ -258,3 +258,35 @@ def test_the_adaptive_tree_is_plain_decoding_when_greedy_and_learns_as_it_goes()
 def test_bad_settings_are_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):
         AdaptiveTree(**kwargs)
+
+
+def test_a_chain_the_policy_chooses_runs_as_a_chain_step_with_the_same_tokens():
+    """A chain chosen by tree="adaptive" goes through the engine's chain step (Draft events, no TreeDraft), and
+    greedy output is still plain decoding's; a tree it chooses still goes through the tree step."""
+    from test_engine import PROMPT, make_pair
+
+    pair = make_pair()
+    plain = Engine(pair, cache_tokens=0).generate(PROMPT, 24, speculate=None).tokens
+    for shape, step in (((1, 1, 1), "draft"), ((2, 2, 1), "tree_draft")):
+        engine = Engine(pair, cache_tokens=0)
+        engine.adaptive[("tree", "model", SamplingParams())] = AdaptiveTree(candidates=(shape,), warmup=(shape,),
+                                                                            start=shape)
+        out = engine.generate(PROMPT, 24, speculate="model", tree="adaptive")
+        kinds = {e.kind for e in engine.events}
+        assert out.tokens == plain and step in kinds and ({"draft", "tree_draft"} - {step}).isdisjoint(kinds)
+
+
+def test_chains_and_trees_pay_their_own_overhead():
+    """The engine's own work per step is measured apart for chain steps and tree steps: a dear tree step makes the
+    trees' predicted rate fall and leaves the chains' as it was."""
+    policy = AdaptiveTree()
+    for _ in range(6):  # chain steps: 3 guesses, 2 accepted, 1 ms drafting, 5 ms pass, 1 ms of the engine's own
+        policy.update_chain(3, 2, 3, 0.001, 0.005, 0.007)
+    assert policy.chain_overhead[1] > 0 and policy.overhead[1] == 0
+    before = policy.rates()
+    assert before[(1, 1, 1)] == pytest.approx(policy.rates([(1, 1, 1)])[(1, 1, 1)])
+    policy.overhead = [0.05, 1.0]  # a tree step measured at 50 ms of the engine's own work
+    after = policy.rates()
+    assert after[(1, 1, 1)] == pytest.approx(before[(1, 1, 1)]) and after[(2, 2, 1)] < 0.5 * before[(2, 2, 1)]
+    # and the chain step fed acceptance at depths 0..2, rank 0: 2 of the 3 guesses judged were accepted
+    assert policy.tried[0, 0] > 0 and policy.tried[2, 0] > 0 and policy.accepted.get((2, 0), 0.0) == 0.0

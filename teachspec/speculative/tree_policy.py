@@ -27,8 +27,11 @@ the cores):
   decoding's own pass;
 - draft_s = a * passes + b * nodes fed: a least-squares fit of the drafting seconds of every step to the number
   of draft passes (the tree's depth) and the nodes those passes read (every node but the deepest level's);
-- o: the rest of a step (verifying, keeping the accepted path's cache, recording, choosing), the same for every
-  shape. Leaving it out would undervalue deep shapes, which pay it over more tokens.
+- o: the rest of a step (verifying, keeping the accepted path's cache, recording, choosing), measured apart for
+  chains and for trees: the engine runs a chain the policy chose as a chain step (`Engine._chain_step`: a causal
+  pass, the cache cut back instead of compacted to a path, one position judged at a time), which costs less of the
+  engine's own work than a tree step does. Leaving o out would undervalue deep shapes, which pay it over more
+  tokens.
 
 Exploration is kept cheap, and a cold policy starts from a good fixed choice, `start`: the chain of the drafter's
 good constant k (`policies.START_K`: (1, 1, 1) for the draft model). The warm-up is that chain, a tree (2, 2, 1)
@@ -92,7 +95,8 @@ class AdaptiveTree:
     passes: dict[int, list[float]] = field(default_factory=dict)  # nodes -> [decayed seconds, decayed count]
     # the draft fit's decayed sums over steps of P*P, P*F, F*F, P*s, F*s (P passes, F nodes fed, s seconds)
     draft: dict[str, float] = field(default_factory=lambda: dict.fromkeys(("pp", "pf", "ff", "ps", "fs"), 0.0))
-    overhead: list[float] = field(default_factory=lambda: [0.0, 0.0])  # [decayed seconds, decayed steps]
+    overhead: list[float] = field(default_factory=lambda: [0.0, 0.0])  # trees: [decayed seconds, decayed steps]
+    chain_overhead: list[float] = field(default_factory=lambda: [0.0, 0.0])  # chains (and no guess), the same
     used: dict[tuple[int, ...], int] = field(default_factory=dict)  # shape -> the last step it was chosen
     warmed: int = 0  # warm-up shapes whose step was timed
     steps: int = 0
@@ -173,7 +177,8 @@ class AdaptiveTree:
         """Expected tokens per second of each of `shapes` (the candidates by default),
         E / (overhead + a passes + b fed + t(n)), every estimate read once."""
         table, (a, b), pass_s = self.acceptance(), self.draft_cost(), self.pass_curve()
-        o = self.overhead[0] / self.overhead[1] if self.overhead[1] else 0.0
+        o_tree, o_chain = (s / c if c else None for s, c in (self.overhead, self.chain_overhead))
+        o_tree, o_chain = o_tree or o_chain or 0.0, o_chain or o_tree or 0.0  # each stands in for the other, unmeasured
         # E of a static shape is 1 + A_0 + A_0 A_1 + ..., A_d = 1 - (chance all b children at depth d are rejected)
         # (`theory.static_tree_expected_tokens`, written out here: the table is the policy's own, checked by
         # construction, and every candidate shares its products, so a step's choice costs tens of microseconds)
@@ -193,6 +198,7 @@ class AdaptiveTree:
             for d, children in enumerate(shape):
                 reach *= 1 - all_rejected(d, children)  # A_d
                 total += reach
+            o = o_chain if nodes == passes + 1 else o_tree  # a chain: one node per level
             out[shape] = total / (o + a * passes + b * fed + pass_s(nodes))
         return out
 
@@ -222,33 +228,48 @@ class AdaptiveTree:
 
     def update(self, tree: TokenTree, verdict: TreeVerdict, passes: int, draft_s: float | None,
                target_s: float | None, step_s: float | None = None) -> None:
-        """What one step measured: its child verifications, its drafting (`passes` draft passes over every node
-        above the deepest level, in `draft_s` seconds, unless the drafter also read the prompt: None) and, unless
-        the pass also read the prompt (`target_s` None), the target pass over its nodes and, when the drafting was
-        timed too, the whole step's `step_s` seconds, if given."""
+        """What one tree step measured: its child verifications, its drafting (`passes` draft passes over every
+        node above the deepest level, in `draft_s` seconds, unless the drafter also read the prompt: None) and,
+        unless the pass also read the prompt (`target_s` None), the target pass over its nodes and, when the
+        drafting was timed too, the whole step's `step_s` seconds, if given."""
+        tried = [(node.depth - 1, tree.children[node.parent].index(node.node), node.decision == "accept")
+                 for node in verdict.nodes]
+        deepest = max(tree.depth)
+        fed = sum(1 for depth in tree.depth if depth < deepest) if passes else 0
+        self._measure(tried, len(tree.tokens), passes, fed, draft_s, target_s, step_s, self.overhead)
+
+    def update_chain(self, k: int, accepted: int, passes: int, draft_s: float | None, target_s: float | None,
+                     step_s: float | None = None) -> None:
+        """What one chain step measured (the shape (1,) * k, run as a chain: `Engine._chain_step`): its first
+        accepted + 1 guesses were judged (all k when every one was accepted), each the only child at its depth;
+        the rest as `update`."""
+        tried = [(d, 0, d < accepted) for d in range(min(k, accepted + 1))]
+        self._measure(tried, k + 1, passes, k if passes else 0, draft_s, target_s, step_s, self.chain_overhead)
+
+    def _measure(self, tried: list[tuple[int, int, bool]], nodes: int, passes: int, fed: int, draft_s: float | None,
+                 target_s: float | None, step_s: float | None, overhead: list[float]) -> None:
+        """Forget a little of everything, then add one step: `tried` its (depth, rank, accepted) verifications,
+        `nodes` the target pass's nodes, `passes` and `fed` its drafting's, and the seconds, into `overhead`."""
         d, e = self.decay, self.cost_decay
         self.steps += 1
         for table, w in ((self.tried, d), (self.accepted, d), (self.draft, e)):
             for key in table:
                 table[key] *= w
-        for v in [*self.passes.values(), self.overhead]:
+        for v in [*self.passes.values(), self.overhead, self.chain_overhead]:
             v[0], v[1] = e * v[0], e * v[1]
-        for node in verdict.nodes:
-            key = (node.depth - 1, tree.children[node.parent].index(node.node))
-            self.tried[key] = self.tried.get(key, 0.0) + 1
-            self.accepted[key] = self.accepted.get(key, 0.0) + (node.decision == "accept")
+        for depth, rank, accepted in tried:
+            self.tried[depth, rank] = self.tried.get((depth, rank), 0.0) + 1
+            self.accepted[depth, rank] = self.accepted.get((depth, rank), 0.0) + accepted
         if draft_s is not None:
-            deepest = max(tree.depth)
-            fed = sum(1 for depth in tree.depth if depth < deepest) if passes else 0
             for key, x, y in (("pp", passes, passes), ("pf", passes, fed), ("ff", fed, fed), ("ps", passes, draft_s),
                               ("fs", fed, draft_s)):
                 self.draft[key] += x * y
         if target_s is not None:
-            s, c = self.passes.get(len(tree.tokens), [0.0, 0.0])
-            self.passes[len(tree.tokens)] = [s + target_s, c + 1]
+            s, c = self.passes.get(nodes, [0.0, 0.0])
+            self.passes[nodes] = [s + target_s, c + 1]
             if step_s is not None and draft_s is not None:
-                self.overhead[0] += max(0.0, step_s - draft_s - target_s)
-                self.overhead[1] += 1
+                overhead[0] += max(0.0, step_s - draft_s - target_s)
+                overhead[1] += 1
             if self.warmed < len(self.warmup) and self.last == self.warmup[self.warmed]:
                 self.warmed += 1
 
