@@ -173,6 +173,62 @@ def test_the_bundled_head_has_a_table_and_its_card_reports_coverage():
     assert [sizes[v]["coverage"] for v in sorted(sizes)] == sorted(sizes[v]["coverage"] for v in sizes)
 
 
+def test_the_model_card_reports_the_coverage_it_measured_and_the_heads_precision():
+    """Re-measure the model card's coverage on a few of its held-out prompts (`teachspec.models.card`): the
+    card's number is not made up, and MODEL_CARD.md says what card.json holds."""
+    from teachspec.models.card import continuations, draft_vocab, held_out_prompts
+
+    pair = load_pair("tiny")
+    card = json.loads((BUNDLED["tiny"] / "card.json").read_text())
+    vocab, run = card["eagle"]["draft_vocab"], card["eagle"]["precision"]
+    prompts = held_out_prompts(pair, 8, card["measured_with"]["prompt_tokens"])
+    measured = draft_vocab(pair, continuations(pair, prompts, 48))
+    assert vocab["size"] == measured["size"] == 1024
+    assert 0.8 < vocab["coverage"] <= 1 and abs(measured["coverage"] - vocab["coverage"]) < 0.05
+    assert run["dtype"] in ("bfloat16", "float32") and run["packed"]
+    text = (BUNDLED["tiny"] / "MODEL_CARD.md").read_text()
+    assert f"**Coverage {vocab['coverage']:.3f}**" in text
+    assert f"the head ran in {run['dtype']}, its linear layers and its read-out packed" in text
+
+
+def greedy_by_full_passes(model, prompt: list[int], n: int) -> list[int]:
+    """The model's greedy continuation, each token from a full forward pass over everything before it (no cache)."""
+    ids = list(prompt)
+    with torch.inference_mode():
+        for _ in range(n):
+            ids.append(int(model(torch.tensor([ids])).logits[0, -1].argmax()))
+    return ids[len(prompt):]
+
+
+def test_the_model_cards_coverage_counts_the_targets_greedy_tokens_inside_the_draft_vocabulary():
+    """`card.draft_vocab` on a small random pair built from a config, against a brute-force count: the target's
+    greedy continuations by full passes, each token looked up in a Python set. The table holds every prompt token
+    and every other distinct token of the continuations, so a count that took in the prompts, or the tokens outside
+    the table, or the wrong continuations, would give another number."""
+    from conftest import TOKENIZER_DIR, build_model
+    from transformers import AutoTokenizer
+
+    from teachspec.models.card import continuations, draft_vocab
+    from teachspec.models.pair import Pair
+
+    target = build_model("llama", seed=1)
+    prompts = [list(range(50, 62)), list(range(300, 310)), [7, 8, 9] * 4]
+    written = [greedy_by_full_passes(target, prompt, 24) for prompt in prompts]
+    distinct = sorted({x for cont in written for x in cont})
+    table = sorted({x for prompt in prompts for x in prompt} | set(distinct[::2]))
+    head = EagleHead(head_config(target), torch.tensor(table))
+    pair = Pair(target, None, AutoTokenizer.from_pretrained(TOKENIZER_DIR), 4096, "llama", torch.device("cpu"),
+                None, head)
+    assert continuations(pair, prompts, 24) == written
+    inside = sum(x in set(table) for cont in written for x in cont)
+    assert 0 < inside < 72 and len(distinct) >= 4  # a count that can tell the right answer from others
+    report = draft_vocab(pair, written)
+    assert report["size"] == len(table) and report["tokens"] == 72
+    assert report["coverage"] == pytest.approx(inside / 72, abs=1e-6)
+    head.draft_vocab = None  # no table: q reads every token
+    assert draft_vocab(pair, written) == {"size": 4096, "coverage": 1.0, "tokens": 72}
+
+
 # -- the drafter on the bundled pair -------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

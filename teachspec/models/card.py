@@ -7,6 +7,12 @@ fraction of positions at which the draft's argmax equals the target's. That is e
 rate of greedy speculative decoding, since a greedy draft token is accepted iff it is the target's argmax.
 Alongside it, the expected acceptance at temperature 1, the mean over the same positions of
 sum_x min(p(x), q(x)) (Leviathan et al. 2023, Definition 3.1: beta = 1 - TV(p, q)).
+
+For the EAGLE head, two more things the engine's speed depends on. Its draft vocabulary's **coverage**: the share
+of those same greedy continuations that the draft vocabulary holds, the most a greedy first guess can be accepted
+(a token outside it is never guessed). And the precision it runs in on the machine that writes the card: bfloat16
+with packed, fused layers where the CPU has native bfloat16 kernels, float32 with packed layers elsewhere
+(`teachspec/models/eagle.py`, `load_head`).
 """
 
 from __future__ import annotations
@@ -17,12 +23,17 @@ import time
 from pathlib import Path
 
 import torch
+from torch import nn
+from transformers import PreTrainedModel
 
 from teachspec import kv
 from teachspec.decode import decode
 from teachspec.models import corpus
+from teachspec.models.eagle import EagleHead, coverage, linear
+from teachspec.models.packed import PackedLinear, bf16_pays
 from teachspec.models.pair import BUNDLED, Pair, load_pair
 from teachspec.sampling import SamplingParams
+from teachspec.threads import set_threads
 
 SAMPLE_PROMPTS = ["Return a new dictionary", "The \"with\" statement", "def read_config(path):\n    \"\"\""]
 
@@ -43,13 +54,20 @@ def held_out_prompts(pair: Pair, n: int, prompt_tokens: int, seed: int = 0) -> l
 
 
 @torch.inference_mode()
-def agreement(pair: Pair, prompts: list[list[int]], new_tokens: int) -> dict:
-    """Greedy alpha and expected T=1 acceptance along the target's greedy continuations."""
+def continuations(pair: Pair, prompts: list[list[int]], new_tokens: int) -> list[list[int]]:
+    """The target's greedy continuation of each prompt: what greedy speculation writes, token for token."""
+    return [decode(pair.target, prompt, new_tokens, SamplingParams(), None, pair.eos_token_id, pair.vocab_size)[0]
+            for prompt in prompts]
+
+
+@torch.inference_mode()
+def agreement(pair: Pair, prompts: list[list[int]], new_tokens: int,
+              written: list[list[int]] | None = None) -> dict:
+    """Greedy alpha and expected T=1 acceptance along the target's greedy continuations (`written`, when they
+    have been computed already)."""
     matches = positions = 0
     beta_sum = 0.0
-    for prompt in prompts:
-        cont, _, _ = decode(pair.target, prompt, new_tokens, SamplingParams(), None, pair.eos_token_id,
-                            pair.vocab_size)
+    for prompt, cont in zip(prompts, written or continuations(pair, prompts, new_tokens)):
         ids = prompt + cont
         n = len(cont)
         # logits at position j predict token j + 1: the last n rows before the end score the continuation
@@ -60,6 +78,26 @@ def agreement(pair: Pair, prompts: list[list[int]], new_tokens: int) -> dict:
         beta_sum += float(torch.minimum(p_logits.softmax(-1), q_logits.softmax(-1)).sum(-1).sum())
     return {"greedy_alpha": matches / positions, "expected_acceptance_t1": beta_sum / positions,
             "positions": positions, "prompts": len(prompts)}
+
+
+def draft_vocab(pair: Pair, written: list[list[int]]) -> dict:
+    """The EAGLE head's draft vocabulary: its size and its coverage of the target's greedy continuations
+    `written` (a head without one reads every token: coverage 1)."""
+    table = pair.eagle.draft_vocab
+    tokens = torch.tensor([x for cont in written for x in cont])
+    return {"size": pair.vocab_size if table is None else len(table),
+            "coverage": 1.0 if table is None else coverage(table, tokens), "tokens": len(tokens)}
+
+
+def precision(head: EagleHead, target: PreTrainedModel) -> dict:
+    """How the head computes on this machine, as `load_head` chose: its dtype, whether every linear layer it runs
+    (its fused projections too, and its read-out over the draft vocabulary) multiplies by weights packed for
+    oneDNN, whether its projections are fused, and what the CPU offers."""
+    layers = [m for m in head.modules() if isinstance(m, nn.Linear)] + list(head._fused or ()) + [head.lm_head(target)]
+    return {"dtype": str(head.fc.weight.dtype).removeprefix("torch."),
+            "packed": all(type(m) is PackedLinear for m in layers), "fused": head._fused is not None,
+            "native_bf16": bf16_pays(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "torch": torch.__version__}
 
 
 @torch.inference_mode()
@@ -77,10 +115,38 @@ def step_ms(model, context: int = 200, repeats: int = 50) -> float:
 
 
 @torch.inference_mode()
+def side_by_side_ms(pair: Pair, context: int = 200, repeats: int = 50) -> dict[str, float]:
+    """Median wall time of one cached step on top of `context` tokens of the target, the draft, and the EAGLE head
+    as the drafter runs it (its layer, then q's logits from the read-out over the draft vocabulary), the three
+    interleaved in one run: a shared machine's noise falls on each alike, and no model finds its weights still in
+    cache from its own last pass, as a drafter's first pass after the target's (a draft pass timed alone, its
+    weights warm, took 0.55 to 0.75 of that here)."""
+    head = pair.eagle
+    read_out, embed = head.lm_head(pair.target), pair.target.get_input_embeddings()
+    caches = {"target": kv.new_cache(pair.target), "draft": kv.new_cache(pair.draft),
+              "head": kv.new_cache(head.layers)}
+    for role in ("target", "draft"):
+        kv.forward(getattr(pair, role), list(range(1, context + 1)), caches[role], 1, pair.vocab_size)
+    f = torch.zeros(1, context, head.config.hidden_size)
+    head(f, f, torch.arange(context)[None], cache=caches["head"])
+    f, x, at = f[:, :1], torch.tensor([[5]]), torch.tensor([[context]])
+    passes = {"target": lambda: kv.forward(pair.target, [5], caches["target"], 1, pair.vocab_size),
+              "draft": lambda: kv.forward(pair.draft, [5], caches["draft"], 1, pair.vocab_size),
+              "head": lambda: linear(read_out, head(f, embed(x), at, cache=caches["head"]).to(read_out.weight.dtype))}
+    times = {role: [] for role in passes}
+    for _ in range(repeats):
+        for role, run in passes.items():
+            t0 = time.perf_counter()
+            run()
+            times[role].append(time.perf_counter() - t0)
+            kv.crop_to(caches[role], context)
+    return {role: 1e3 * sorted(t)[len(t) // 2] for role, t in times.items()}
+
+
+@torch.inference_mode()
 def eagle(pair: Pair, prompts: list[list[int]], new_tokens: int) -> dict:
     """The EAGLE head through the engine, greedy, on the same prompts: alpha with one guess a step (the head's
-    first guess, from real features) and with four (later guesses read the head's own features), and the time of
-    one head pass (its layer and the target's LM head) beside a target step."""
+    first guess, from real features) and with four (later guesses read the head's own features)."""
     from teachspec.engine import Engine
     engine, out = Engine(pair, cache_tokens=0), {}
     for k in (1, 4):
@@ -89,16 +155,6 @@ def eagle(pair: Pair, prompts: list[list[int]], new_tokens: int) -> dict:
             stats = engine.generate(prompt, new_tokens, speculate="eagle", k=k).stats
             accepted, judged = accepted + stats.accepted, judged + stats.accepted + stats.rejected
         out[f"greedy_alpha_k{k}"] = accepted / judged
-    head, f = pair.eagle, torch.zeros(1, 1, pair.eagle.config.hidden_size)
-    cache = kv.new_cache(head.layers)
-    head(torch.zeros(1, 200, f.shape[-1]), torch.zeros(1, 200, f.shape[-1]), torch.arange(200)[None], cache=cache)
-    times = []
-    for _ in range(50):
-        t0 = time.perf_counter()
-        pair.target.get_output_embeddings()(head(f, f, torch.tensor([[200]]), cache=cache))
-        times.append(time.perf_counter() - t0)
-        kv.crop_to(cache, 200)
-    out["step_ms"] = 1e3 * sorted(times)[len(times) // 2]
     return out
 
 
@@ -118,7 +174,8 @@ def write_card(root: Path, card: dict) -> None:
     training = card["training"]
     t, d = training["target"], training["draft"]
     tp, dp = t["phases"], d["phases"]
-    a, e = card["agreement"], training["eagle"]
+    a, e, h = card["agreement"], training["eagle"], card["eagle"]
+    v, chosen, run, side = h["draft_vocab"], e["draft_vocab"], h["precision"], h["side_by_side_ms"]
     size_mb = (root / "eagle" / "model.safetensors").stat().st_size / 2**20
 
     def minutes(phases):
@@ -167,10 +224,33 @@ def write_card(root: Path, card: dict) -> None:
         "KL(p || q), over two passes (the second reads its own guessed features: EAGLE-3's training-time test).",
         "",
         f"- Greedy alpha through the engine, on the first 16 of these prompts: "
-        f"**{card['eagle']['greedy_alpha_k1']:.3f}** for a first "
-        f"guess (k = 1), {card['eagle']['greedy_alpha_k4']:.3f} per judged guess at k = 4.",
-        f"- Cost ratio c = head pass / target step = "
-        f"{card['eagle']['step_ms'] / card['step_ms']['target']:.2f} ({card['eagle']['step_ms']:.2f} ms).",
+        f"**{h['greedy_alpha_k1']:.3f}** for a first "
+        f"guess (k = 1), {h['greedy_alpha_k4']:.3f} per judged guess at k = 4.",
+        f"- Draft vocabulary (EAGLE-3): greedy guesses read q out over {v['size']:,} of the {card['vocab_size']:,} "
+        "tokens, the most frequent in what the head trained on (the corpus, and "
+        f"{chosen['counted_tokens']['target']:,} tokens of the target's own continuations with their prompts, each "
+        "weighted by its share of the batches), by the target's LM-head rows for them (`eagle/draft_vocab.json`; no "
+        f"retraining). **Coverage {v['coverage']:.3f}**: the share of the target's greedy continuations of the "
+        f"{a['prompts']} held-out prompts above ({v['tokens']:,} tokens) that the draft vocabulary holds, the most "
+        "a greedy first guess can be accepted. When the vocabulary was chosen (`teachspec.models.train`), by size, "
+        f"coverage and the first guess's greedy agreement on {chosen['held_out_tokens']:,} tokens the target wrote "
+        "from random windows of held-out documentation and source, half of them sampled at temperature 1 (text "
+        "more varied than greedy continuations of documentation, so the same vocabulary covers less of it): "
+        + ", ".join(f"{int(size):,}: {row['coverage']:.3f} / {row['greedy_agreement'][0]:.3f}"
+                    for size, row in chosen["sizes"].items())
+        + ". Sampled guesses read the whole vocabulary: there the mass outside the draft vocabulary is acceptance "
+        "lost (`teachspec/speculative/eagle.py`).",
+        f"- Precision on the machine that wrote this card ({'native' if run['native_bf16'] else 'no native'} "
+        f"bfloat16 kernels; torch {run['torch']}, CPU capability {run['cpu_capability']}): the head ran in "
+        f"{run['dtype']}, its linear layers and its read-out {'' if run['packed'] else 'not '}packed for oneDNN"
+        + (", its query, key and value projections fused into one layer and its gate and up projections into "
+           "another" if run["fused"] else "")
+        + " (`load_head`: bfloat16 only where the CPU has native kernels for it, float32 elsewhere).",
+        f"- Cost ratio c = head pass / target step = **{side['head'] / side['target']:.2f}** ({side['head']:.2f} ms, "
+        f"its layer and its read-out over the draft vocabulary), against the draft model's "
+        f"{side['draft'] / side['target']:.2f} ({side['draft']:.2f} ms): one cached step of each on top of 200 "
+        "tokens, the three interleaved in one run, so that none finds its weights in cache from its own last pass, "
+        "as a drafter's first pass after the target's (medians, 2 threads).",
         "",
         "## Data",
         "",
@@ -186,31 +266,39 @@ def write_card(root: Path, card: dict) -> None:
     for row in card["completions"]:
         lines += [f"**Prompt** `{row['prompt']!r}`", "", "target:", "```", row["prompt"] + row["target"], "```",
                   "draft:", "```", row["prompt"] + row["draft"], "```", ""]
+    measure = "python -m teachspec.models.card " + " ".join(f"--{k.replace('_', '-')} {n}"
+                                                           for k, n in card["measured_with"].items())
     lines += ["## Reproduce", "", "```", "python -m teachspec.models.train --stage all   # retrain (about 2 hours)",
-              "python -m teachspec.models.card                # re-measure and rewrite this card", "```", ""]
+              f"{measure}   # re-measure and rewrite this card (a minute on 2 idle cores)", "```", ""]
     (root / "MODEL_CARD.md").write_text("\n".join(lines))
     (root / "card.json").write_text(json.dumps(card, indent=2))
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--prompts", type=int, default=64)
+    ap = argparse.ArgumentParser(prog="python -m teachspec.models.card", description=__doc__.splitlines()[0])
+    ap.add_argument("--prompts", type=int, default=32, help="held-out prompts for the agreement and coverage")
     ap.add_argument("--prompt-tokens", type=int, default=32)
     ap.add_argument("--new-tokens", type=int, default=96)
     args = ap.parse_args(argv)
-    torch.set_num_threads(2)
+    set_threads(2)  # what the card reports, whatever the thread policy would pick on this machine
     import platform
 
     root = BUNDLED["tiny"]
     pair = load_pair("tiny")
+    prompts = held_out_prompts(pair, args.prompts, args.prompt_tokens)
+    written = continuations(pair, prompts, args.new_tokens)
+    steps = side_by_side_ms(pair)
     card = {
         "python": platform.python_version(),
         "context": pair.context,
         "vocab_size": pair.vocab_size,
+        "measured_with": vars(args),
         "training": json.loads((root / "training.json").read_text()),
-        "agreement": agreement(pair, held_out_prompts(pair, args.prompts, args.prompt_tokens), args.new_tokens),
+        "agreement": agreement(pair, prompts, args.new_tokens, written),
         "step_ms": {"target": step_ms(pair.target), "draft": step_ms(pair.draft)},
-        "eagle": eagle(pair, held_out_prompts(pair, 16, args.prompt_tokens), args.new_tokens),
+        "eagle": eagle(pair, prompts[:16], args.new_tokens) | {"step_ms": steps["head"], "side_by_side_ms": steps,
+                                                               "draft_vocab": draft_vocab(pair, written),
+                                                               "precision": precision(pair.eagle, pair.target)},
         "completions": completions(pair),
     }
     write_card(root, card)

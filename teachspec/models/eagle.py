@@ -57,7 +57,7 @@ from torch import nn
 from transformers import LlamaConfig, LlamaModel, PreTrainedModel
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-from teachspec.models.packed import PackedLinear, available, pack
+from teachspec.models.packed import PackedLinear, bf16_pays, pack
 
 INTERMEDIATE = 1024  # the layer's MLP width: the target's is 1536; the head must stay cheap and under 5 MB
 # One row times a matrix smaller than this goes to MKL's matrix-vector product, larger ones and several rows to the
@@ -84,55 +84,22 @@ def head_config(target: PreTrainedModel, intermediate: int = INTERMEDIATE) -> Ll
 
 def linear(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     """layer(x), by the kernel that is faster for its shape (float32: `ONE_ROW_MKL`)."""
-    if type(layer) is PackedLinear and x.numel() == x.shape[-1] and layer.weight.numel() < ONE_ROW_MKL:
+    if type(layer) is PackedLinear and x.dtype == torch.float32 and x.numel() == x.shape[-1] \
+            and layer.weight.numel() < ONE_ROW_MKL:
         return F.linear(x, layer.weight, layer.bias)
     return layer(x)
 
 
-class PackedBF16Linear(nn.Linear):
-    """An `nn.Linear` in bfloat16 whose weight is packed once for oneDNN's bfloat16 kernel (`packed.PackedLinear`
-    does the same for float32), and `nn.Linear`'s own path whenever the packed one does not apply (gradients
-    wanted, another device or dtype). A lowered head is for inference: the copy is made again when a weight is
-    replaced, but not when one is edited in place (reading its version counter cost 3 us a call here, a tenth of
-    the call): reload the head instead."""
-
-    packed: torch.Tensor | None = None
-    packed_from: int = 0  # the data pointer of the weight the copy was made from
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        w = self.weight
-        if torch.is_grad_enabled() or x.device.type != "cpu" or x.dtype != torch.bfloat16 or w.dtype != x.dtype:
-            return super().forward(x)
-        source = w.data_ptr()
-        if self.packed is None or self.packed_from != source:
-            with torch.inference_mode():
-                self.packed = torch.ops.mkldnn._reorder_linear_weight(w.detach(), None)
-            self.packed_from = source
-        return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
-
-    def __getstate__(self) -> dict:
-        state = super().__getstate__()  # without the packed copy, which has no storage to copy
-        state.pop("packed", None)
-        state.pop("packed_from", None)
-        return state
-
-
-def bf16_pays() -> bool:
-    """Whether this CPU runs oneDNN's bfloat16 kernels natively (AVX512-BF16 or AMX); elsewhere they are emulated
-    and slower than float32."""
-    cpu = getattr(torch, "cpu", None)
-    native = any(getattr(cpu, name, lambda: False)() for name in ("_is_avx512_bf16_supported",
-                                                                   "_is_amx_tile_supported"))
-    return available() and native
-
-
 def lower(module: nn.Module) -> nn.Module:
-    """`module` in bfloat16 with every `nn.Linear` a `PackedBF16Linear`, in place; return it."""
+    """`module` in bfloat16 with every `nn.Linear` a `PackedLinear`, in place; return it. A lowered module is for
+    inference, so its layers do not track in-place edits of their weights (`PackedLinear.track_edits`): a replaced
+    weight is packed again, one edited in place is not; reload the head instead."""
     module.to(torch.bfloat16)
     for m in module.modules():
         if type(m) in (nn.Linear, PackedLinear):
-            m.__class__ = PackedBF16Linear
+            m.__class__ = PackedLinear
             m.packed = None
+            m.track_edits = False
     return module
 
 
@@ -203,6 +170,11 @@ class EagleHead(nn.Module):
     def device(self) -> torch.device:
         return self.fc.weight.device
 
+    @property
+    def lowered(self) -> bool:
+        """Whether `lower` made the head bfloat16 with packed layers."""
+        return type(self.fc) is PackedLinear and self.fc.weight.dtype == torch.bfloat16
+
     # -- the pass --------------------------------------------------------------------------------------------------
 
     def rotary(self, position_ids: torch.Tensor, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -224,7 +196,7 @@ class EagleHead(nn.Module):
         head is for inference)."""
         layer = self.layers.layers[0]
         attn, mlp = layer.self_attn, layer.mlp
-        if type(self.fc) is not PackedBF16Linear or attn.k_proj.out_features != attn.q_proj.out_features:
+        if not self.lowered or attn.k_proj.out_features != attn.q_proj.out_features:
             return  # not lowered, or grouped-query attention (`head_config` makes none): the separate layers
         made = []
         for group in ((attn.q_proj, attn.k_proj, attn.v_proj), (mlp.gate_proj, mlp.up_proj)):
@@ -309,7 +281,7 @@ class EagleHead(nn.Module):
                 if full.bias is not None:
                     rows.bias.copy_(full.bias[index])
             rows.requires_grad_(False)
-            if w.device.type == "cpu" and dtype == torch.bfloat16 and type(self.fc) is PackedBF16Linear:
+            if w.device.type == "cpu" and self.lowered:
                 lower(rows)
             elif w.device.type == "cpu" and dtype == torch.float32:
                 pack(rows)
