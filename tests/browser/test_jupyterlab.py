@@ -139,7 +139,9 @@ def test_views_render_live_replay_and_play_without_a_kernel(lab, shots):
         while page.locator(".ts-spec").count() < 2 and time.monotonic() < deadline:  # the replay is cell 3
             seen_tokens.add(spec.locator(".ts-text .tok").count())
             seen_nodes.add(tree.locator("g.ts-node").count())
-            seen_frames.add(spec.locator(".ts-counter").inner_text().split("/")[1])  # the frames it has
+            counter = spec.locator(".ts-counter").inner_text()  # "shown / frames"; empty before the first draw
+            if "/" in counter:
+                seen_frames.add(counter.split("/")[1])  # the frames it has
             page.wait_for_timeout(150)
         assert page.locator(".ts-spec").count() == 2, "the replay view never appeared"
         assert len(seen_tokens) >= 3, f"the live text did not grow step by step: {sorted(seen_tokens)}"
