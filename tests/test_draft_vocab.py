@@ -16,15 +16,13 @@ import json
 
 import pytest
 import torch
-from test_verify_statistics import DRAFT_LOGITS, MUTANT_P, N, SOFTMAX, START_LENGTH, START_TOKEN, K, V, P, \
-    check_passes, run_tests
+from test_verify_statistics import DRAFT_LOGITS, MUTANT_P, N, SOFTMAX, V, check_passes, run_tests, speculate
 
 from teachspec import Engine, load_pair
 from teachspec.models.eagle import EagleHead, check_draft_vocab, coverage, draft_vocabulary, head_config, \
     load_head, save_head
 from teachspec.models.pair import BUNDLED
 from teachspec.sampling import SamplingParams, sample, warp
-from teachspec.speculative import verify_batch
 from teachspec.speculative.eagle import EagleDrafter, widen
 
 VOCAB = torch.tensor([0, 2, 3, 5, 7, 8])  # the draft vocabulary: 6 of the 10 tokens; 1, 4, 6 and 9 never guessed
@@ -48,35 +46,12 @@ def guess(q_reduced, q_full, g, bug):
 
 def simulate(n: int, seed: int, bug: str | None = None):
     """Speculate until each of n rows has emitted K + 1 tokens, the draft guessing over VOCAB (see the module
-    docstring); as `test_verify_statistics.simulate`, whose tests this reuses."""
+    docstring), with `test_verify_statistics`' harness, whose tests this reuses."""
     q_reduced_all = warp(DRAFT_LOGITS[..., VOCAB], SOFTMAX)  # (2, V, V'): the draft's q over its vocabulary
     q_full_all = warp(DRAFT_LOGITS, SOFTMAX)  # (2, V, V)
     g = torch.Generator().manual_seed(seed)
-    out = torch.full((n, K + 1), -1)
-    count = torch.zeros(n, dtype=torch.long)
-    length = torch.full((n,), START_LENGTH)
-    last = torch.full((n,), START_TOKEN)
-    active = torch.arange(n)
-    while active.numel():
-        pos, token = length[active], last[active]
-        drafts, p_rows, q_rows = [], [], []
-        for i in range(K):
-            parity = (pos + i) % 2
-            p_rows.append(P[parity, token])
-            token, q = guess(q_reduced_all[parity, token], q_full_all[parity, token], g, bug)
-            drafts.append(token)
-            q_rows.append(q)
-        p_rows.append(P[(pos + K) % 2, token])
-        accepted, tokens = verify_batch(torch.stack(p_rows, 1), torch.stack(q_rows, 1), torch.stack(drafts, 1), g)
-        for j in range(K + 1):
-            slot = count[active] + j
-            fits = (tokens[:, j] >= 0) & (slot <= K)
-            out[active[fits], slot[fits]] = tokens[fits, j]
-        count[active] += accepted + 1
-        length[active] += accepted + 1
-        last[active] = tokens[torch.arange(len(active)), accepted]
-        active = active[count[active] <= K]
-    return out.numpy()
+    return speculate(n, g, lambda parity, token: guess(q_reduced_all[parity, token], q_full_all[parity, token], g,
+                                                       bug))["tokens"]
 
 
 def test_guesses_over_a_draft_vocabulary_leave_the_targets_law_unchanged():

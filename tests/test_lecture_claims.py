@@ -38,6 +38,11 @@ def claims_of(path: Path, seed: int, record: Path) -> list[dict]:
     first.source = SEED.sub(f"SEED = {seed}", first.source)
     NotebookClient(nb, timeout=600, kernel_name="python3",
                    resources={"metadata": {"path": str(path.parent)}}).execute()
+    return recorded(record)
+
+
+def recorded(record: Path) -> list[dict]:
+    """The claims a run appended to `record` (TEACHSPEC_CLAIMS), none if it made none."""
     return [json.loads(line) for line in record.read_text().splitlines()] if record.exists() else []
 
 
@@ -52,7 +57,7 @@ def neighbour():
         spinner.wait(timeout=30)
 
 
-def held(claims: list[dict]) -> list[str]:
+def failed(claims: list[dict]) -> list[str]:
     """The claims that did not hold, as lines for a failure message."""
     return [f"{c['says']} ({c['measured']})" for c in claims if not c["holds"]]
 
@@ -70,7 +75,7 @@ def test_prose_stays_true_when_rerun(path, busy, tmp_path, monkeypatch):
     else:
         claims = claims_of(path, 1, record)
     assert claims, f"{path.name} has claim( in its source but recorded none"
-    assert not held(claims), f"{path.name}, {'busy' if busy else 'quiet'}: " + "; ".join(held(claims))
+    assert not failed(claims), f"{path.name}, {'busy' if busy else 'quiet'}: " + "; ".join(failed(claims))
 
 
 def test_every_sampling_lecture_has_a_seed_to_change():
@@ -89,5 +94,5 @@ def test_a_claim_that_fails_says_so_and_is_recorded(tmp_path, monkeypatch, capsy
     assert capsys.readouterr().out == ""  # a claim that holds prints nothing: the pinned outputs stay as they are
     claim("the cache is faster", False, "0.9x")
     assert "Not on this run: the cache is faster (0.9x)" in capsys.readouterr().out
-    lines = [json.loads(line) for line in record.read_text().splitlines()]
-    assert [c["holds"] for c in lines] == [True, False] and held(lines) == ["the cache is faster (0.9x)"]
+    lines = recorded(record)
+    assert [c["holds"] for c in lines] == [True, False] and failed(lines) == ["the cache is faster (0.9x)"]

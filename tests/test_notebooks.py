@@ -7,7 +7,6 @@ on a small config-built stand-in instead (seconds, no weights), see teachspec/co
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from test_lecture_claims import failed, recorded
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
@@ -333,6 +333,5 @@ def test_runs_under_nbval(path, tmp_path):
     record = tmp_path / "claims.jsonl"
     run = _nbval(path, record)
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
-    claims = [json.loads(line) for line in record.read_text().splitlines()] if record.exists() else []
-    failed = [f"{c['says']} ({c['measured']})" for c in claims if not c["holds"]]
-    assert not failed, f"{path.name}: the prose says what this run did not show: " + "; ".join(failed)
+    wrong = failed(recorded(record))
+    assert not wrong, f"{path.name}: the prose says what this run did not show: " + "; ".join(wrong)

@@ -54,6 +54,16 @@ def simulate(n: int, seed: int, draws=SOFTMAX, scores=SOFTMAX, rule=verify_batch
     q_draw = warp(DRAFT_LOGITS, draws)  # (2, V, V)
     q_report = None if scores is None else warp(DRAFT_LOGITS, scores)
     g = torch.Generator().manual_seed(seed)
+
+    def guess(parity, token):
+        return sample(q_draw[parity, token], g), None if q_report is None else q_report[parity, token]
+    return speculate(n, g, guess, rule)
+
+
+def speculate(n: int, g: torch.Generator, guess, rule=verify_batch) -> dict:
+    """Speculation steps until each of n rows has emitted K + 1 tokens: `guess(parity, last tokens)` gives each
+    active row's next guess and the q row verification is told it came from (None: no q, a point-mass drafter);
+    `rule` judges each step. Returns the K + 1 tokens of each row and the first step's accepted counts."""
     out = torch.full((n, K + 1), -1)
     count = torch.zeros(n, dtype=torch.long)
     length = torch.full((n,), START_LENGTH)
@@ -66,10 +76,10 @@ def simulate(n: int, seed: int, draws=SOFTMAX, scores=SOFTMAX, rule=verify_batch
         for i in range(K):
             parity = (pos + i) % 2
             p_rows.append(P[parity, token])
-            if q_report is not None:
-                q_rows.append(q_report[parity, token])
-            token = sample(q_draw[parity, token], g)
+            token, q = guess(parity, token)
             drafts.append(token)
+            if q is not None:
+                q_rows.append(q)
         p_rows.append(P[(pos + K) % 2, token])
         q = torch.stack(q_rows, 1) if q_rows else None  # (b, K, V)
         accepted, tokens = rule(torch.stack(p_rows, 1), q, torch.stack(drafts, 1), g)  # (b,), (b, K+1)
