@@ -66,6 +66,19 @@ def test_the_time_split_of_each_method_adds_up_to_its_wall_time(result):
             f"{sum(eagle.values()):.2f} |") in table
 
 
+def test_the_noise_floor_is_how_far_two_runs_of_one_method_land_apart(result):
+    """One method runs twice in each docs workload; the table states how far apart their speedups landed."""
+    table = markdown(result)
+    for workload in ("docs, temperature 0", "docs, temperature 1"):
+        by_method = rows(result, workload)
+        once, twice = by_method["ours k=2"], by_method["ours k=2, again"]
+        assert once["tokens"] == twice["tokens"] and once["alpha"] == twice["alpha"]  # the same work, seed for seed
+        floor = result["workloads"][workload]["noise"]
+        assert floor == pytest.approx(abs(once["speedup"] / twice["speedup"] - 1))
+        assert f"its two speedups differ by {floor:.1%}" in table
+    assert result["workloads"]["copy-heavy, temperature 0"]["noise"] is None  # no method runs twice there
+
+
 def test_mechanics_times_the_oracle_on_a_config_built_target():
     pair = mechanics.config_pair(mechanics.Shape(layers=1, hidden=64))
     result = mechanics.bench(pair, n_prompts=2, prompt_tokens=8, n=8, ks=(1, 3), progress=False)
