@@ -204,7 +204,8 @@ def summarise(rows: dict[str, Row], baseline: str = "ours plain") -> list[dict]:
 
 def noise(table: list[dict]) -> float | None:
     """How far apart two runs of one method land in this run: |speedup of "ours k=2" / that of its second run - 1|
-    (None without a draft model). Ratios between methods closer than this are not told apart by the run."""
+    (None where no method ran twice: the copy workload, or a pair without a draft model). Ratios between methods
+    closer than this are not told apart by the run."""
     speedups = {r["method"]: r["speedup"] for r in table}
     return abs(speedups["ours k=2"] / speedups[AGAIN] - 1) if AGAIN in speedups else None
 
