@@ -12,7 +12,7 @@
     teachspec grading nbgrader my-grading            # the assignments laid out for nbgrader (or: otter)
     teachspec student assignments/a1_acceptance_rule.ipynb   # the student version of an assignment
     teachspec traces                                 # re-record the traces the notebooks replay
-    teachspec pin 05_radix_attention.ipynb           # run a notebook, keep the outputs nbval checks and the pictures
+    teachspec pin 05_radix_attention.ipynb           # run a notebook, keep its outputs for readers without a kernel
 
 Quick to answer. Nothing heavy is imported here: torch and transformers load only once a command runs, so
 `teachspec --help` and every `--help` answer at once. Every argument is checked by the parsers below before a

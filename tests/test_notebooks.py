@@ -1,5 +1,6 @@
-"""The course notebooks: committed clean and small, each runs top to bottom under nbval, and the model-picking
-cell falls back to the bundled pair when a hub pair cannot be loaded.
+"""The course notebooks: committed with the outputs of one full run, so a reader without a kernel sees them; each
+runs top to bottom under nbval; and the model-picking cell falls back to the bundled pair when a hub pair cannot be
+loaded.
 
 Running them needs a loadable pair. By default that is the bundled pair; TEACHSPEC_NOTEBOOK_PAIR=config runs them
 on a small config-built stand-in instead (seconds, no weights), see teachspec/course/pairs.py.
@@ -7,6 +8,7 @@ on a small config-built stand-in instead (seconds, no weights), see teachspec/co
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import subprocess
@@ -17,13 +19,20 @@ import nbformat
 import pytest
 from test_lecture_claims import failed, recorded
 
+from teachspec.course.pin import code_hash
+from teachspec.widgets.predict import FOLDED
+
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
-LECTURES = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))  # 01_ ... 11_: the name sorts in lecture order
+LECTURES = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))  # 01_ ... 13_: the name sorts in lecture order
+APPENDICES = sorted((NOTEBOOKS / "appendix").glob("*.ipynb"))
 SOLUTIONS = sorted((NOTEBOOKS / "assignments").glob("a*.ipynb"))
-ALL = [NOTEBOOKS / "index.ipynb", *LECTURES, *SOLUTIONS]
+ALL = [NOTEBOOKS / "index.ipynb", *LECTURES, *APPENDICES, *SOLUTIONS]
+READ = [*LECTURES, *APPENDICES]  # what is committed with every output of one run
 SANITIZE = NOTEBOOKS / "nbval.cfg"
 PIN = "# NBVAL_CHECK_OUTPUT"
+ON_THE_PAGE = ("The outputs on this page are from one full run on the bundled pair on two CPU cores; run the "
+               "notebook to make your own.")
 
 
 def _id(path: Path) -> str:
@@ -40,28 +49,23 @@ def _pair_loadable() -> bool:
 # -- what is committed ---------------------------------------------------------------------------------------------
 
 def test_the_course_is_all_there():
-    assert len(LECTURES) == 11, [p.name for p in LECTURES]
-    assert len(SOLUTIONS) >= 3, [p.name for p in SOLUTIONS]
+    assert len(LECTURES) == 13, [p.name for p in LECTURES]
     index = nbformat.read(NOTEBOOKS / "index.ipynb", as_version=4)
     text = "\n".join(c.source for c in index.cells)
-    for path in [*LECTURES, *SOLUTIONS]:
+    for path in [*LECTURES, *APPENDICES, *SOLUTIONS]:
         assert _id(path) in text, f"index.ipynb does not link {_id(path)}"
 
 
-MAX_BYTES = 500_000         # a notebook's file: text, code, its few pinned outputs and its snapshots
-MAX_OUTPUT_CHARS = 4_000    # one pinned output: a few lines that nbval compares
-MAX_PICTURE_BYTES = 150_000  # one snapshot's picture: an SVG of a chart or a view, or a small PNG
-TEXT_TYPES = {"text/plain", "text/markdown"}
+MAX_BYTES = 1_000_000       # a notebook's file: text, code and the outputs of one run
+MAX_OUTPUT_CHARS = 4_000    # one compared output: a few lines that nbval compares
+MAX_PICTURE_BYTES = 150_000  # one picture: an SVG of a chart or a view, or a small PNG
+SHOWN = {"text/plain", "text/markdown", "text/html", "image/svg+xml", "image/png"}  # what a page without a kernel shows
 IMAGE_TYPES = {"image/svg+xml", "image/png"}
-SNAPSHOT = "# SNAPSHOT"
+COVERAGE = 0.95  # of the code cells that print or draw, the share that must keep their output
 
 
 def _pinned(cell) -> bool:
     return cell.cell_type == "code" and cell.source.startswith(PIN)
-
-
-def _snapshot(cell) -> bool:
-    return cell.cell_type == "code" and cell.source.startswith(SNAPSHOT)
 
 
 def _pictures(nb) -> list[tuple[int, str, int]]:
@@ -70,113 +74,148 @@ def _pictures(nb) -> list[tuple[int, str, int]]:
             for out in cell.outputs for kind in IMAGE_TYPES & set(out.get("data", {}))]
 
 
+def _silent(source: str) -> bool:
+    """Whether a cell's code, read without running it, shows nothing: its last statement is no expression (which
+    the notebook would display) and it calls nothing that prints, displays, states a claim or reveals an answer."""
+    try:
+        body = ast.parse(source).body
+    except SyntaxError:  # a cell magic, say: it may show anything
+        return False
+    if body and isinstance(body[-1], ast.Expr):
+        return False
+    return not re.search(r"\b(print|display|claim|reveal)\(", source)
+
+
+def coverage(nb) -> tuple[int, int]:
+    """(code cells that keep an output, code cells that print or draw): a cell prints or draws if it keeps an
+    output, or if its source is not silent (`_silent`), which a cell that printed nothing on the committed run but
+    may on another (a warning on a busy machine) is not counted as."""
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    kept = sum(bool(c.outputs) for c in code)
+    return kept, kept + sum(not c.outputs and not _silent(c.source) for c in code)
+
+
 def _unclean(nb, size: int) -> list[str]:
-    """What makes a committed notebook not clean and small: saved widget state, outputs on cells that are neither
-    pinned (nbval checks them) nor snapshots (their pictures), pinned cells with nothing to compare, pinned outputs
-    that are not a few lines of text, snapshot outputs that are not one small picture each."""
+    """What makes a committed notebook not the record of one run that a page without a kernel can show: saved
+    widget state, outputs that need a kernel or a script, outputs of other code than the notebook's (its code hash),
+    fewer than COVERAGE of the printing cells with their output, an unrun cell with outputs, compared cells with
+    nothing to compare or more than a few lines, pictures over their size, an answer shown outside a closed box."""
     problems = []
     if size >= MAX_BYTES:
-        problems.append(f"{size} bytes (at most {MAX_BYTES}): clear the outputs of cells that are not pinned")
+        problems.append(f"{size} bytes (at most {MAX_BYTES})")
     if "widgets" in nb.metadata:
         problems.append("saved widget state in the notebook's metadata")
+    if nb.metadata.get("teachspec", {}).get("code_hash") != code_hash(nb):
+        problems.append("its outputs are not from its code (the code hash differs): run `teachspec pin` on it")
+    kept, printing = coverage(nb)
+    if kept < COVERAGE * printing:
+        problems.append(f"{kept} of {printing} code cells that print or draw keep their output (at least "
+                        f"{COVERAGE:.0%}): run `teachspec pin` on it")
     for i, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
             continue
-        if _snapshot(cell):
-            if not cell.outputs:
-                problems.append(f"cell {i} is a snapshot ({SNAPSHOT}) but has no picture")
-            if cell.execution_count is None:  # nbval fails such a cell: "Unrun reference cell has outputs"
-                problems.append(f"cell {i} is a snapshot with no execution count")
-            for out in cell.outputs:
-                kinds = set(out.get("data", {}))
-                if out.output_type != "display_data" or not kinds or not kinds <= IMAGE_TYPES:
-                    problems.append(f"cell {i} is a snapshot with a {out.output_type} output {sorted(kinds)}: "
-                                    f"keep its pictures only")
-                for kind in kinds & IMAGE_TYPES:
-                    if len(out.data[kind]) > MAX_PICTURE_BYTES:
-                        problems.append(f"cell {i} has a {len(out.data[kind])}-byte picture "
-                                        f"(at most {MAX_PICTURE_BYTES})")
-            continue
-        if not _pinned(cell):
-            if cell.outputs or cell.execution_count is not None:
-                problems.append(f"cell {i} is not pinned ({PIN}) but has outputs or an execution count")
-            continue
-        if not cell.outputs or cell.execution_count is None:
-            problems.append(f"cell {i} is pinned but has no output or execution count, so nbval compares nothing")
+        if cell.outputs and cell.execution_count is None:  # nbval fails such a cell: "Unrun reference cell"
+            problems.append(f"cell {i} has outputs but no execution count")
+        if _pinned(cell) and not cell.outputs:
+            problems.append(f"cell {i} is compared ({PIN}) but has no output, so nbval compares nothing")
         for out in cell.outputs:
-            if out.output_type == "stream":
-                text = out.text
-            elif out.output_type in ("execute_result", "display_data") and set(out.data) <= TEXT_TYPES:
-                text = "".join(out.data.values())
-            else:
-                problems.append(f"cell {i} has a {out.output_type} output {sorted(out.get('data', {}))}: pin text")
-                continue
-            if len(text) > MAX_OUTPUT_CHARS:
-                problems.append(f"cell {i} has a {len(text)}-character output (at most {MAX_OUTPUT_CHARS})")
+            data = out.get("data", {})
+            if set(data) - SHOWN:
+                problems.append(f"cell {i} keeps {sorted(set(data) - SHOWN)}, which a page without a kernel cannot "
+                                f"show")
+            if "image/svg+xml" in data and "image/png" not in data:
+                problems.append(f"cell {i} keeps an SVG with no PNG beside it, which an untrusted notebook in "
+                                f"JupyterLab does not draw")
+            for kind in IMAGE_TYPES & set(data):
+                if len(data[kind]) > MAX_PICTURE_BYTES:
+                    problems.append(f"cell {i} has a {len(data[kind])}-byte picture (at most {MAX_PICTURE_BYTES})")
+            text = out.get("text", "") + data.get("text/plain", "")
+            if re.search(r"The answer: |Right: you predicted|Not this time: you predicted", text):
+                problems.append(f"cell {i} shows an answer in plain text: reveal folds it")
+            page = data.get("text/html", "")
+            if FOLDED in page and (re.search(rf"<details class='{FOLDED}' open", page)
+                                   or not cell.metadata.get("jupyter", {}).get("outputs_hidden")):
+                problems.append(f"cell {i} shows a revealed answer open, or does not collapse its output")
+            if _pinned(cell) and len(text) > MAX_OUTPUT_CHARS:
+                problems.append(f"cell {i} has a {len(text)}-character compared output (at most {MAX_OUTPUT_CHARS})")
     return problems
 
 
-@pytest.mark.parametrize("path", ALL, ids=_id)
-def test_committed_clean_and_small(path):
-    """Committed with outputs only on the cells nbval checks and pictures only on snapshot cells, produced by a run
-    with the bundled pair (`python -m teachspec.course.pin`), and no widget state."""
+@pytest.mark.parametrize("path", READ, ids=_id)
+def test_committed_with_the_outputs_of_one_run(path):
+    """Committed as `teachspec pin` leaves it after one full run with the bundled pair: every printing cell's output
+    (at least COVERAGE of them), each as a page without a kernel shows it, from the code beside it."""
     nb = nbformat.read(path, as_version=4)
     nbformat.validate(nb)
     assert not _unclean(nb, path.stat().st_size), f"{_id(path)}: {_unclean(nb, path.stat().st_size)}"
 
 
+@pytest.mark.parametrize("path", LECTURES, ids=_id)
+def test_each_lecture_says_where_its_outputs_come_from(path):
+    first = next(c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "markdown")
+    assert ON_THE_PAGE in " ".join(first.source.split()), f"{_id(path)}: its first cell must say {ON_THE_PAGE!r}"
+
+
+def _stamped(nb):
+    nb.metadata["teachspec"] = {"code_hash": code_hash(nb)}
+    return nb
+
+
 def test_an_unclean_notebook_is_refused():
-    from nbformat.v4 import new_code_cell, new_notebook, new_output
+    from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-    def pinned_cell(text, count=1):
-        return new_code_cell(f"{PIN}\nprint(1)", execution_count=count,
-                             outputs=[new_output("stream", name="stdout", text=text)])
+    def printing(text="1\n", count=1, source="print(1)"):
+        return new_code_cell(source, execution_count=count, outputs=[new_output("stream", name="stdout", text=text)])
 
-    clean = new_notebook(cells=[pinned_cell("1\n"), new_code_cell("x = 1")])
+    def folded(state=""):
+        cell = new_code_cell("guess.reveal(3)", execution_count=2, outputs=[new_output("display_data", data={
+            "text/html": f"<details class='{FOLDED}'{state}><summary>The answer</summary>3</details>",
+            "text/plain": "folded"})])
+        cell.metadata["jupyter"] = {"outputs_hidden": True}
+        return cell
+
+    clean = _stamped(new_notebook(cells=[printing(), new_code_cell("x = 1"), new_markdown_cell("text"), folded()]))
     assert _unclean(clean, 1_000) == []
-    state = new_notebook(cells=[pinned_cell("1\n")], metadata={"widgets": {"state": {"x" * 10: {}}}})
-    widget = new_code_cell(f"{PIN}\nview", execution_count=1, outputs=[new_output(
-        "display_data", data={"application/vnd.jupyter.widget-view+json": {"model_id": "ab"}, "text/plain": "V"})])
-    stray = new_code_cell("print(2)", execution_count=2, outputs=[new_output("stream", name="stdout", text="2\n")])
-    for nb, size, expect in ((clean, 3_000_000, "bytes"), (state, 1_000, "widget state"),
-                             (new_notebook(cells=[widget]), 1_000, "display_data"),
-                             (new_notebook(cells=[pinned_cell("x" * 10_000)]), 20_000, "character output"),
-                             (new_notebook(cells=[stray]), 1_000, "not pinned"),
-                             (new_notebook(cells=[pinned_cell("1\n", count=None)]), 1_000, "compares nothing")):
+    stale = _stamped(new_notebook(cells=[printing()]))
+    stale.cells[0].source = "print(2)"
+    state = _stamped(new_notebook(cells=[printing()], metadata={"widgets": {"state": {}}}))
+    widget = _stamped(new_notebook(cells=[new_code_cell("view", execution_count=1, outputs=[new_output(
+        "display_data", data={"application/vnd.jupyter.widget-view+json": {"model_id": "ab"}, "text/plain": "V"})])]))
+    empty = _stamped(new_notebook(cells=[printing(), *[new_code_cell(f"print({i})") for i in range(2)]]))
+    told = _stamped(new_notebook(cells=[printing("No prediction. The answer: 8.\n")]))
+    opened, uncollapsed = _stamped(new_notebook(cells=[folded(" open")])), _stamped(new_notebook(cells=[folded()]))
+    uncollapsed.cells[0].metadata = {}
+    unrun = _stamped(new_notebook(cells=[printing(count=None)]))
+    compared = _stamped(new_notebook(cells=[new_code_cell(f"{PIN}\nx = 1")]))
+    picture = _stamped(new_notebook(cells=[new_code_cell("fig", execution_count=1, outputs=[new_output(
+        "display_data", data={"image/png": "x" * (MAX_PICTURE_BYTES + 1)})])]))
+    svg_alone = _stamped(new_notebook(cells=[new_code_cell("fig", execution_count=1, outputs=[new_output(
+        "display_data", data={"image/svg+xml": "<svg/>"})])]))
+    for nb, size, expect in ((clean, 3_000_000, "bytes"), (stale, 1_000, "code hash"), (state, 1_000, "widget state"),
+                             (widget, 1_000, "cannot show"), (empty, 1_000, "keep their output"),
+                             (told, 1_000, "in plain text"), (opened, 1_000, "open"), (uncollapsed, 1_000, "collapse"),
+                             (unrun, 1_000, "no execution count"), (compared, 1_000, "compares nothing"),
+                             (picture, 1_000, "-byte picture"), (svg_alone, 1_000, "no PNG beside it")):
         problems = _unclean(nb, size)
         assert any(expect in p for p in problems), (expect, problems)
 
 
-def test_a_snapshot_keeps_one_small_picture_and_nothing_else():
-    from nbformat.v4 import new_code_cell, new_notebook, new_output
-
-    def snap(data, kind="display_data", count=2):
-        extra = {"execution_count": 3} if kind == "execute_result" else {}
-        return new_code_cell(f"{SNAPSHOT}\nfig", execution_count=count, outputs=[new_output(kind, data=data, **extra)])
-
-    svg = {"image/svg+xml": "<svg xmlns='http://www.w3.org/2000/svg'/>"}
-    assert _unclean(new_notebook(cells=[snap(svg)]), 1_000) == []
-    for cell, expect in ((snap({**svg, "application/vnd.plotly.v1+json": {"data": []}}), "keep its pictures only"),
-                         (snap({"text/plain": "<Figure>"}), "keep its pictures only"),
-                         (snap(svg, count=None), "no execution count"),
-                         (snap(svg, "execute_result", count=3), "keep its pictures only"),
-                         (new_code_cell(f"{SNAPSHOT}\nfig"), "has no picture"),
-                         (snap({"image/svg+xml": "<svg>" + "x" * MAX_PICTURE_BYTES + "</svg>"}), "-byte picture")):
-        problems = _unclean(new_notebook(cells=[cell]), 1_000)
-        assert any(expect in p for p in problems), (expect, problems)
+def test_a_cell_counts_as_printing_by_what_it_shows_or_what_its_code_would():
+    assert _silent("x = 1\ny = f(x)") and _silent("def f():\n    return 1")
+    for source in ("x", "print(1)", "f(x)", "display(view)", "claim('a', True, '1')", "guess.reveal(3)", "%%time\nx"):
+        assert not _silent(source), source
 
 
 @pytest.mark.parametrize("path", LECTURES, ids=_id)
 def test_every_lecture_shows_a_picture_without_running(path):
     """A code-hosting site or nbviewer, which run nothing, show at least one committed picture of each lecture
-    (a `# SNAPSHOT` cell's SVG or PNG), and the notebook stays small."""
+    (a chart's or a view's SVG, or a PNG), and every picture is well formed."""
     import base64
     import xml.etree.ElementTree as ET
 
     nb = nbformat.read(path, as_version=4)
     pictures = _pictures(nb)
-    assert pictures, f"{_id(path)} has no image or SVG output: mark a chart or a view's still {SNAPSHOT} and pin it"
-    assert path.stat().st_size < MAX_BYTES, f"{_id(path)} is {path.stat().st_size} bytes (at most {MAX_BYTES})"
+    assert pictures, f"{_id(path)} has no image or SVG output: run `teachspec pin` on it"
     for i, kind, _ in pictures:
         for out in nb.cells[i].outputs:
             if kind == "image/svg+xml" and kind in out.get("data", {}):
@@ -185,30 +224,46 @@ def test_every_lecture_shows_a_picture_without_running(path):
                 assert base64.b64decode(out.data[kind])[:8] == b"\x89PNG\r\n\x1a\n", f"{_id(path)} cell {i}"
 
 
-def test_pin_keeps_the_pinned_outputs_and_nothing_else():
+def test_pin_keeps_what_a_page_without_a_kernel_shows():
+    import base64
+
     from nbformat.v4 import new_code_cell, new_notebook, new_output
 
-    from teachspec.course.pin import strip
+    from teachspec.course.pin import png, strip
 
-    kept = new_output("stream", name="stdout", text="42\n")
+    svg = '<svg xmlns="http://www.w3.org/2000/svg" width="20" height="10"><rect width="20" height="10"/></svg>'
+    drawn = png(svg)
+    assert base64.b64decode(drawn)[:8] == b"\x89PNG\r\n\x1a\n"
+    said = new_output("stream", name="stdout", text="timings that change every run\n")
     nb = new_notebook(metadata={"widgets": {"application/vnd.jupyter.widget-state+json": {"state": {}}}}, cells=[
-        new_code_cell(f"{PIN}\nprint(6 * 7)", execution_count=1, outputs=[kept]),
-        new_code_cell("view", execution_count=2, outputs=[new_output(
-            "display_data", data={"application/vnd.jupyter.widget-view+json": {"model_id": "ab"}})])])
-    nb.cells.append(new_code_cell(f"{SNAPSHOT}\nfig", execution_count=3, outputs=[
-        new_output("stream", name="stdout", text="timings that change every run\n"),
-        new_output("execute_result", execution_count=3, metadata={"image/svg+xml": {"isolated": True}}, data={
-            "application/vnd.plotly.v1+json": {"data": [], "layout": {}}, "image/svg+xml": "<svg/>"})]))
+        new_code_cell(f"{PIN}\nprint(6 * 7)", execution_count=1, outputs=[new_output("stream", name="stdout",
+                                                                                     text="42\n")]),
+        new_code_cell("view", execution_count=2, outputs=[new_output("display_data", data={
+            "application/vnd.jupyter.widget-view+json": {"model_id": "ab"}, "text/html": "<script>player</script>",
+            "image/svg+xml": svg, "text/plain": "SpeculationView: 9 frames"})]),
+        new_code_cell("fig", execution_count=3, outputs=[said, new_output(
+            "execute_result", execution_count=3, metadata={"image/svg+xml": {"isolated": True}}, data={
+                "application/vnd.plotly.v1+json": {"data": [], "layout": {}}, "image/svg+xml": svg})]),
+        new_code_cell("guess", execution_count=4, outputs=[new_output("display_data", data={
+            "application/vnd.jupyter.widget-view+json": {"model_id": "cd"}, "text/html": "<div>Predict.</div>",
+            "text/plain": "Predict: ?"})]),
+        new_code_cell("guess.reveal(3)", execution_count=5, outputs=[new_output("display_data", data={
+            "text/html": f"<details class='{FOLDED}'>3</details>", "text/plain": "folded"})])])
     assert _unclean(nb, 1_000)
     clean = strip(nb)
-    assert _unclean(clean, 1_000) == [] and clean.cells[0].outputs == [kept]
-    assert clean.cells[1].outputs == [] and clean.cells[1].execution_count is None
-    snapshot, = clean.cells[2].outputs  # the picture alone: no text, no chart JSON, no metadata
-    assert snapshot.output_type == "display_data" and snapshot.data == {"image/svg+xml": "<svg/>"}
-    assert not snapshot.metadata and clean.cells[2].execution_count == 3
+    assert _unclean(clean, 1_000) == [], _unclean(clean, 1_000)
+    assert clean.cells[0].outputs == nb.cells[0].outputs
+    view, = clean.cells[1].outputs  # the still, drawn for an untrusted page too, and its words; no player, no id
+    assert view.data == {"image/svg+xml": svg, "image/png": drawn, "text/plain": "SpeculationView: 9 frames"}
+    assert clean.cells[2].outputs[0] == said
+    assert clean.cells[2].outputs[1].data == {"image/svg+xml": svg, "image/png": drawn}
+    assert not clean.cells[2].outputs[1].metadata and clean.cells[2].outputs[1].execution_count == 3
+    assert clean.cells[3].outputs[0].data == {"text/html": "<div>Predict.</div>", "text/plain": "Predict: ?"}
+    assert clean.cells[4].metadata["jupyter"]["outputs_hidden"] and not clean.cells[3].metadata.get("jupyter")
 
 
-@pytest.mark.parametrize("path", [*LECTURES, *[p for p in SOLUTIONS if "pick_pair" in p.read_text()]], ids=_id)
+@pytest.mark.parametrize("path", [*LECTURES, *APPENDICES, *[p for p in SOLUTIONS if "pick_pair" in p.read_text()]],
+                         ids=_id)
 def test_first_code_cell_picks_the_models(path):
     nb = nbformat.read(path, as_version=4)
     first = next(c for c in nb.cells if c.cell_type == "code")
@@ -226,9 +281,10 @@ def test_traces_the_notebooks_replay_exist(path):
 
 
 def test_pinned_cells_are_marked():
-    """Every lecture but the first (whose numbers are all timings) pins at least one deterministic output."""
+    """Every lecture but the first (whose numbers are all timings) has at least one deterministic output nbval
+    compares."""
     for path in LECTURES[1:]:
-        assert any(_pinned(c) for c in nbformat.read(path, as_version=4).cells), f"{_id(path)} pins nothing"
+        assert any(_pinned(c) for c in nbformat.read(path, as_version=4).cells), f"{_id(path)} compares nothing"
 
 
 # -- the model-picking cell ----------------------------------------------------------------------------------------
@@ -278,7 +334,7 @@ def _nbval(path: Path, claims: Path | None = None) -> subprocess.CompletedProces
 
 def test_nbval_compares_pinned_outputs_and_only_those(tmp_path):
     """The pinned output is really compared (a changed number fails), addresses and timings are sanitized, and
-    cells that are not pinned are run but not compared."""
+    cells that are not pinned are run but their committed outputs are not compared."""
     from nbformat.v4 import new_code_cell, new_notebook, new_output
 
     def notebook(answer: str):
@@ -291,13 +347,10 @@ def test_nbval_compares_pinned_outputs_and_only_those(tmp_path):
             metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
 
     path = tmp_path / "pinned.ipynb"
-    nbformat.write(notebook("42\n"), path)
-    # a snapshot's stored picture never matches a fresh run's (its numbers are timings): nbval must not compare it
+    # a cell that is not compared keeps the output of the committed run, which a fresh run never matches
     nb = notebook("42\n")
-    nb.cells.append(new_code_cell(f"{SNAPSHOT}\nfrom IPython.display import SVG\n"
-                                  "SVG('<svg xmlns=\"http://www.w3.org/2000/svg\"><text>run</text></svg>')",
-                                  execution_count=3,
-                                  outputs=[new_output("display_data", data={"image/svg+xml": "<svg>stored</svg>"})]))
+    nb.cells[2].outputs = [new_output("stream", name="stdout", text="0.123 from the committed run\n")]
+    nb.cells[2].execution_count = 3
     nbformat.write(nb, path)
     run = _nbval(path)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]

@@ -38,10 +38,14 @@ def front_end_state(p: Predict) -> str:
 
 def field_and_button(p: Predict):
     form = p.widget()
-    field = next(c for c in form.children if isinstance(c, (w.RadioButtons, w.FloatText)))
-    button = next(c for c in form.children if isinstance(c, w.Button))
+    field = next(c for c in widgets_in(form) if isinstance(c, (w.RadioButtons, w.FloatText)))
+    button = next(c for c in widgets_in(form) if isinstance(c, w.Button) and c.description == "Commit")
     said = form.children[-1]
     return field, button, said
+
+
+def show_button(p: Predict):
+    return next(c for c in widgets_in(p.widget()) if isinstance(c, w.Button) and c.description == "Show me")
 
 
 # -- committing ----------------------------------------------------------------------------------------------------
@@ -146,15 +150,97 @@ def test_no_widget_trait_holds_the_answer_before_commit():
 
 # -- what is said ----------------------------------------------------------------------------------------------------
 
-def test_reveal_texts(capsys):
+def test_verdict_texts(capsys):
     p = Predict("Tokens per target pass at k = 4?", number=True, explain="Eq. 1 with alpha = 0.85.")
-    assert p.reveal(3.69) == "No prediction was committed. The answer: 3.69. Eq. 1 with alpha = 0.85."
-    assert capsys.readouterr().out.strip() == "No prediction was committed. The answer: 3.69. Eq. 1 with alpha = 0.85."
-    assert p.commit(3) == "You predicted 3. Now run the next cell."
-    assert p.reveal(3.6923) == "Right: you predicted 3, and it is 3.69. Eq. 1 with alpha = 0.85."
-    assert p.reveal(4.0) == "Not this time: you predicted 3; it is 4. Eq. 1 with alpha = 0.85."  # 25% under
+    assert p.verdict(3.69) == "The answer: 3.69. Eq. 1 with alpha = 0.85."
+    p.reveal(3.69)  # outside a notebook it prints
+    assert capsys.readouterr().out.strip() == "The answer: 3.69. Eq. 1 with alpha = 0.85."
+    assert p.commit(3) == "Right: you predicted 3, and it is 3.69. Eq. 1 with alpha = 0.85."  # measured above
+    assert Predict("How many?", number=True).commit(3) == "You predicted 3. Now run the next cell."
+    assert p.verdict(3.6923) == "Right: you predicted 3, and it is 3.69. Eq. 1 with alpha = 0.85."
+    assert p.verdict(4.0) == "Not this time: you predicted 3; it is 4. Eq. 1 with alpha = 0.85."  # 25% under
     with pytest.raises(ValueError, match="reveal needs the answer"):
         p.reveal()
+
+
+def test_in_a_notebook_reveal_folds_the_answer_until_the_student_has_committed(monkeypatch):
+    """A kept output (teachspec/course/pin.py) shows a reader who has not run the notebook a closed box: the answer
+    is in it, never in plain text; once the student commits, the box comes open."""
+    import IPython
+    import IPython.display
+
+    from teachspec.widgets.predict import FOLDED
+
+    shown = []
+    monkeypatch.setattr(IPython, "get_ipython", lambda: object())
+    monkeypatch.setattr(IPython.display, "display", shown.append)
+    p = Predict("How many?", number=True, explain="Eq. 1.")
+    p.reveal(3.69)
+    bundle = shown[-1]._repr_mimebundle_()
+    assert f"<details class='{FOLDED}'>" in bundle["text/html"] and "3.69" in bundle["text/html"]
+    assert "3.69" not in bundle["text/plain"] and "Eq. 1" not in bundle["text/plain"]
+    p.commit(3)
+    p.reveal(3.69)
+    assert f"<details class='{FOLDED}' open>" in shown[-1]._repr_mimebundle_()["text/html"]
+
+
+def test_show_me_gives_up_the_prediction_for_the_answer():
+    p = Predict("Which test catches the bug?", CHOICES, answer="the chi-square test", explain=EXPLAIN)
+    field, button, said = field_and_button(p)
+    show_button(p).click()
+    assert p.shown and said.value.startswith("The answer: the chi-square test.") and EXPLAIN in said.value
+    assert field.disabled and button.disabled and show_button(p).disabled
+    with pytest.raises(ValueError, match="the answer was shown before a prediction was committed"):
+        p.commit("both")
+    measured = Predict("How many?", number=True)
+    assert "measured" in measured.show() and measured.shown
+
+
+def test_a_key_reads_the_answer_the_course_keeps_apart(tmp_path, monkeypatch):
+    from teachspec.course import answers
+
+    (tmp_path / "04.json").write_text(json.dumps({"04-best-k": {"answer": "8", "explain": "the marginal rate"},
+                                                  "04-measured": {"explain": "Eq. 1"}}))
+    monkeypatch.setattr(answers, "FOLDER", tmp_path)
+    answers.everything.cache_clear()
+    try:
+        p = Predict("Best k?", ["4", "8"], key="04-best-k")
+        assert p.answer == "8" and p.explain == "the marginal rate"
+        assert Predict("How many?", number=True, key="04-measured").answer is None
+        with pytest.raises(ValueError, match="no answer is kept under the key 'nope'"):
+            Predict("Best k?", ["4", "8"], key="nope")
+        with pytest.raises(ValueError, match="not both"):
+            Predict("Best k?", ["4", "8"], key="04-best-k", answer="8")
+        with pytest.raises(ValueError, match="answer='8' is not one of the choices"):
+            Predict("Best k?", ["4", "16"], key="04-best-k")
+        (tmp_path / "05.json").write_text(json.dumps({"04-best-k": {"answer": "4"}}))
+        answers.everything.cache_clear()
+        with pytest.raises(ValueError, match="'04-best-k' is in both 04.json and 05.json"):
+            answers.everything()
+        (tmp_path / "05.json").write_text(json.dumps({"05-x": {"answer": "4", "why": "typo"}}))
+        answers.everything.cache_clear()
+        with pytest.raises(ValueError, match="05.json: '05-x' must be an object"):
+            answers.everything()
+    finally:
+        answers.everything.cache_clear()
+
+
+def test_the_course_keeps_a_well_formed_answer_for_each_key():
+    from teachspec.course.answers import everything
+
+    assert everything(), "teachspec/course/answers/ holds no answers"
+
+
+def test_a_reveal_before_the_commit_leaves_the_question_open_and_judges_the_later_commit():
+    """Run all cells before committing: the measuring cell's reveal writes nothing under the question, and the
+    commit that follows is judged against what it measured."""
+    p = Predict("How many?", number=True, explain="Eq. 1.")
+    field, button, said = field_and_button(p)
+    p.reveal(2.1)
+    assert said.value == ""
+    field.value = 2.0
+    button.click()
+    assert said.value == "Right: you predicted 2.0, and it is 2.1. Eq. 1."
 
 
 def test_reveal_writes_the_verdict_under_the_question_too():
@@ -173,7 +259,7 @@ def test_reveal_writes_the_verdict_under_the_question_too():
 def test_a_number_is_right_within_its_relative_tolerance(guess, answer, tolerance, right):
     p = Predict("How many?", number=True, tolerance=tolerance)
     p.commit(guess)
-    assert p.reveal(answer).startswith("Right") == right
+    assert p.verdict(answer).startswith("Right") == right
 
 
 def test_a_numpy_answer_is_a_number():
@@ -211,6 +297,9 @@ def test_in_a_notebook_it_is_a_widget_with_its_question_as_text_too():
     bundle = Predict("Which test?", CHOICES)._repr_mimebundle_()
     assert "application/vnd.jupyter.widget-view+json" in bundle
     assert bundle["text/plain"].startswith("Predict: Which test?")
+    assert "<li>greedy identity</li>" in bundle["text/html"]  # a page without a kernel shows the question
+    secret = Predict("Which test?", CHOICES, answer="both", explain="the residual")._repr_mimebundle_()
+    assert secret["text/html"] == bundle["text/html"] and "residual" not in secret["text/plain"]
 
 
 def test_its_text_is_readable_at_a_projector():

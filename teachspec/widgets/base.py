@@ -177,14 +177,26 @@ class ReplayView(anywidget.AnyWidget):
         return page.write([self], path)
 
     def _repr_mimebundle_(self, **kwargs):
-        """The widget, plus the replay as plain HTML for pages with no widget manager (an nbconvert export).
+        """The widget; the replay as plain HTML for pages with no widget manager (an nbconvert export); and, for a
+        page that runs nothing at all (a code-hosting site), a still of the newest frame as SVG.
 
-        The HTML holds the frames there are when the view is displayed: all of a replay's, none of a live view's.
+        Both hold the frames there are when the view is displayed: all of a replay's, none of a live view's, whose
+        text says so (its lecture draws a still where the run ends).
         """
         data, metadata = super()._repr_mimebundle_(**kwargs)
         with self._lock:
             self._publish()  # frames_json up to date (a live view sends deltas between snapshots)
-            return {**data, "text/html": page.fragment(self)}, metadata
+            bundle = {**data, "text/html": page.fragment(self)}
+            if self._recorder.frames:
+                bundle["image/svg+xml"] = self.to_svg()
+                bundle["text/plain"] = f"{type(self).__name__}: {len(self._recorder.frames)} frames"
+            else:
+                bundle["text/plain"] = f"{type(self).__name__}: {self.empty or self.nothing}"
+            return bundle, metadata
+
+    def to_svg(self, frame: int | None = None) -> str:
+        """A still of frame `frame` (the newest when None) as an SVG document: each view draws its own."""
+        raise NotImplementedError
 
     # -- live (live.py) ------------------------------------------------------------------------------------------
 

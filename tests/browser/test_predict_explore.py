@@ -2,9 +2,14 @@
 
 A notebook with two Predicts (a choice, a number), explore_speedup and explore_pass_cost runs in JupyterLab with
 its file browser open (as it opens). The student's moves are the browser's: click a choice, press Commit and read
-the verdict; type a number and commit it; drag the alpha and c sliders' handles with the mouse and step k and n
-with the keyboard, and see the readout and the chart change with each. Every text of the forms is 14 px or more,
-and each form fits the notebook's visible area.
+the verdict; type a number and commit it; press "Show me" instead and see the answer, the form locked; open the
+folded verdict a reveal left; drag the alpha and c sliders' handles with the mouse and step k and n with the
+keyboard, and see the readout and the chart change with each. Every text of the forms is 14 px or more, and each
+form fits the notebook's visible area.
+
+And a committed lecture opened before anyone runs it, as a student reading ahead meets it: its charts are on the
+page, its questions are there as text, and the cell holding a revealed answer is collapsed, its answer in a closed
+box.
 """
 
 from __future__ import annotations
@@ -29,6 +34,9 @@ CELLS = [
     '                explain="Each extra guess adds alpha^k tokens and costs c: at k = 8 the two balance.")\n'
     "guess",
     'number = Predict("How many tokens per target pass at k = 4?", number=True)\nnumber',
+    'given_up = Predict("Which order serves the most tokens from the cache?", ["fcfs", "lpm"], answer="lpm",\n'
+    '                   explain="lpm runs a group back to back.")\ngiven_up',
+    "number.reveal(3.36)",
     "explorer = explore_speedup(alpha=0.8, c=0.05, k=4)\nexplorer",
     "explore_pass_cost({1: 2.0, 2: 2.1, 4: 2.2, 8: 2.4, 16: 3.9, 32: 7.0})",
 ]
@@ -89,7 +97,23 @@ def test_predict_commits_and_the_sliders_move_the_numbers(lab, tmp_path, shots):
         number.get_by_role("button", name="Commit").click()
         number.get_by_text("You predicted 2.5. Now run the next cell.").wait_for(timeout=10_000)
 
+        # "Show me": the answer now, and nothing left to commit
+        given_up = page.locator(f"{SHOWN} .teachspec-predict").nth(2)
+        fits(page, given_up)
+        given_up.get_by_role("button", name="Show me").click()
+        given_up.get_by_text("The answer: lpm. lpm runs a group back to back.").wait_for(timeout=10_000)
+        assert given_up.get_by_role("button", name="Commit").is_disabled()
+
+        # the reveal ran before anything was committed: its verdict is folded, and opens on a click
+        folded = page.locator(f"{SHOWN} details.teachspec-answer").first
+        assert folded.get_attribute("open") is None and not folded.locator("p").is_visible()
+        folded.locator("summary").click()
+        folded.get_by_text("The answer: 3.36.").wait_for(timeout=10_000)
+
         # the sliders: the readout and the chart follow a drag of alpha's handle
+        explorer.evaluate("(e) => e.scrollIntoView({ block: 'start' })")  # a chart out of view may not be drawn yet
+        page.wait_for_function("(t) => t.textContent.includes('alpha = 0.80')",
+                               arg=explorer.locator(".js-plotly-plot .gtitle").element_handle(), timeout=30_000)
         fits(page, explorer)
         readout = explorer.locator(".widget-html-content").filter(has_text="Theorem 3.8")
         assert "2.80x" in readout.inner_text() and "Best k for this alpha and c: 8" in readout.inner_text()
@@ -132,5 +156,46 @@ def test_predict_commits_and_the_sliders_move_the_numbers(lab, tmp_path, shots):
         fits(page, costs)
         page.screenshot(path=str(shots / "explore_pass_cost.png"))
         assert time.monotonic() - start < 60
+        browser.close()
+    assert not errors, errors
+
+
+def test_a_committed_lecture_shows_its_evidence_and_hides_its_answers_before_it_runs(lab, tmp_path, shots):
+    """The lecture as committed (teachspec/course/pin.py), opened in JupyterLab and not run."""
+    import json
+    import shutil
+
+    from test_lecture_hall import ROOT
+
+    lectures = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+    def open_pictures(path) -> int:
+        """The pictures of cells whose output is not collapsed."""
+        return sum("image/png" in out.get("data", {}) for c in json.loads(path.read_text())["cells"]
+                   if not c["metadata"].get("jupyter", {}).get("outputs_hidden") for out in c.get("outputs", []))
+
+    # a lecture with a revealed answer (a collapsed cell) and a picture in a cell that is not collapsed
+    lecture = next(p for p in lectures if '"outputs_hidden": true' in p.read_text() and open_pictures(p))
+    shutil.copy(lecture, tmp_path / "lab" / "lecture.ipynb")
+    url, token = lab
+    with sync_api().sync_playwright() as p:
+        from test_jupyterlab import FLAGS
+        from test_lecture_hall import VIEWPORT
+
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
+        page = browser.new_page(viewport=VIEWPORT)
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(f"{url}/lab/tree/lecture.ipynb?reset&token={token}")
+        page.locator(f"{SHOWN} .jp-Cell").first.wait_for(timeout=120_000)
+        assert page.locator("#jp-left-stack").bounding_box()["width"] > 200, "the file browser is not open"
+        page.locator(f"{SHOWN} .teachspec-predict").first.wait_for(timeout=30_000)  # a question, as text
+        # the charts and stills, as PNGs: JupyterLab draws no SVG in a notebook it does not trust, as this one
+        page.locator(f"{SHOWN} .jp-RenderedImage img").first.wait_for(timeout=30_000)
+        collapsed = page.locator(f"{SHOWN} .jp-Cell .jp-OutputPlaceholder")
+        collapsed.first.wait_for(state="attached", timeout=30_000)
+        for box in page.locator(f"{SHOWN} details.teachspec-answer").all():
+            assert box.get_attribute("open") is None and not box.locator("p").is_visible()
+        page.screenshot(path=str(shots / "lecture_before_its_run.png"))
         browser.close()
     assert not errors, errors
