@@ -68,7 +68,7 @@ def new_file(value: str) -> Path:
 def student_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("solution", type=notebook, help="the solution notebook")
     ap.add_argument("-o", "--out", type=new_file, default=None,
-                    help="where to write it (default: student/<name>.ipynb beside the solution)")
+                    help="where to write it (default: student/<name>.ipynb in the current folder)")
 
 
 def traces_arguments(ap: argparse.ArgumentParser) -> None:

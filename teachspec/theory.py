@@ -47,7 +47,11 @@ depth D exactly when one was at every depth before it, so
 
 Eq. (1) with alpha at depth d replaced by A_d: widening a level raises its A_d, deepening adds a term.
 
-Every function takes plain floats and returns a float; alpha and c may also be numpy arrays (elementwise). The tree
+Batches. When b requests share every pass, a step verifies b (k + 1) positions: `batch_speedup` divides Eq. (1) by
+k c + cost(b (k + 1)) / cost(b), a pass-cost curve's ratio in place of Theorem 3.8's 1 (section "batches" below).
+
+Every function takes plain floats and returns a float; alpha and c may also be numpy arrays (elementwise), except
+in the batch functions, which take one of each. The tree
 functions take a tree as its parents (`TokenTree.parents`, or `static_tree`), or a static tree as its shape.
 """
 
@@ -183,6 +187,64 @@ def tree_tokens_per_second(
             or seconds <= 0:
         raise ValueError(f"pass_s({n}) must return a finite number of seconds > 0, got {seconds!r}")
     return tree_expected_tokens(parents, acceptance) / (draft_s + seconds)
+
+
+# -- batches -----------------------------------------------------------------------------------------------------
+#
+# A serving engine runs b requests in every target pass. Plain decoding then costs one pass over b positions per
+# b tokens; speculation with draft length k costs k draft passes over b positions and one target pass over
+# b (k + 1) positions (vLLM's docs: "the effective batch size becomes BS * K"), for b E[tokens](alpha, k) tokens.
+# Theorem 3.8 of Leviathan et al. 2023 (arXiv:2211.17192) charges the target pass 1 whatever it verifies; with
+# the pass cost measured or modelled instead (as lecture 4 does at b = 1), the speedup at batch b is
+#
+#     E[tokens](alpha, k) / (k c + cost(b (k + 1)) / cost(b))
+#
+# where c is a draft pass over a target pass, both over b positions. While cost stays flat (the pass is bound by
+# reading the weights) this is Theorem 3.8; once b (k + 1) passes the knee, where arithmetic catches up with the
+# reading, every guessed position costs real compute, and far enough past it the best k is 0. SmartSpec (Liu et al. 2024,
+# arXiv:2406.14066) chooses k per batch from the same trade, its cost a linear model of the batch's tokens;
+# MagicDec (Chen et al. 2024, arXiv:2408.11049) points out that at long contexts the pass also reads every
+# request's KV cache, which keeps it memory-bound, so cost(b (k + 1)) / cost(b) stays near 1 at large batches.
+
+def batch_speedup(alpha: float, k: int, c: float, pass_cost: Callable[[int], float], b: int = 1) -> float:
+    """Expected speedup of speculation over plain decoding when b requests share every pass: Leviathan et al. 2023,
+    Theorem 3.8, with the target pass over b (k + 1) positions costing what `pass_cost` says instead of 1 (the
+    comment above), E[tokens](alpha, k) / (k c + pass_cost(b (k + 1)) / pass_cost(b)).
+
+    pass_cost(n): the time (any unit) of one target pass over n positions, measured or modelled; only its ratios
+    matter. c: a draft pass over b positions divided by a target pass over b. k = 0 is plain decoding, 1.0; with
+    pass_cost constant it is Theorem 3.8's `speedup(alpha, k, c)`."""
+    _k("k", k)
+    if isinstance(b, bool) or not isinstance(b, numbers.Integral) or b < 1:
+        raise ValueError(f"b must be an int >= 1 (requests in the batch), got {b!r}")
+    if not callable(pass_cost):
+        raise ValueError(f"pass_cost must be a function of the positions in a pass, got {pass_cost!r}")
+    if k == 0:
+        return 1.0
+    plain, verify = _cost(pass_cost, b), _cost(pass_cost, b * (k + 1))
+    return float(expected_tokens(_scalar("alpha", alpha), k)) / (k * _scalar("c", c, _c) + verify / plain)
+
+
+def batch_optimal_k(alpha: float, c: float, pass_cost: Callable[[int], float], b: int = 1, k_max: int = 16) -> int:
+    """The draft length in 0 .. k_max with the largest `batch_speedup` at batch b; ties go to the shorter draft, so
+    0 (plain decoding) means no k pays at this batch."""
+    _k("k_max", k_max)
+    speedups = [batch_speedup(alpha, k, c, pass_cost, b) for k in range(k_max + 1)]
+    return max(range(k_max + 1), key=lambda k: (speedups[k], -k))
+
+
+def _cost(pass_cost: Callable[[int], float], n: int) -> float:
+    t = pass_cost(n)
+    if isinstance(t, bool) or not isinstance(t, numbers.Real) or not math.isfinite(t) or t <= 0:
+        raise ValueError(f"pass_cost({n}) must return a finite time > 0, got {t!r}")
+    return float(t)
+
+
+def _scalar(name: str, x: float, check: Callable | None = None) -> float:
+    """One plain number (not an array: the batch functions take one alpha and one c), checked as alpha or c."""
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+        raise ValueError(f"{name} must be one number, got {x!r}")
+    return float((check or _alpha)(float(x)))
 
 
 # -- checks ------------------------------------------------------------------------------------------------------

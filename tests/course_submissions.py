@@ -1,5 +1,6 @@
-"""Submissions to grade, made from the solution notebooks: the solution itself, a blank one, each classic bug, and
-the ways a student might game the checks. Shared by tests/test_assignments.py and tests/test_grading_round_trip.py.
+"""Submissions to grade, made from the instructor's sources (teachspec/course/sources/): the solution itself, a blank
+one, each classic bug, and the ways a student might game the checks. Shared by tests/test_assignments.py and
+tests/test_grading_round_trip.py.
 
 A bug is a text edit of one exercise cell of the solution (its nbgrader grade_id), so that the same bug can be
 put into any copy of the notebook: the instructor's, nbgrader's release or Otter-Grader's student version.
@@ -14,7 +15,9 @@ import nbformat
 from teachspec.course.student import BEGIN, BEGIN_HIDDEN, END, END_HIDDEN, student_version
 
 ROOT = Path(__file__).resolve().parents[1]
-ASSIGNMENTS = {path.stem.split("_")[0]: path for path in sorted((ROOT / "notebooks" / "assignments").glob("a*.ipynb"))}
+SOURCES = ROOT / "teachspec" / "course" / "sources"      # the instructor's: solutions and hidden tests in
+STUDENT_COPIES = ROOT / "notebooks" / "assignments"     # what a student browses, made from SOURCES
+ASSIGNMENTS = {path.stem.split("_")[0]: path for path in sorted(SOURCES.glob("a*.ipynb"))}
 
 # assignment -> bug -> (the exercise's grade_id, [(old text, new text)], the parts it loses, a regex for the likely
 # cause its feedback must name)
@@ -88,23 +91,101 @@ BUGS: dict[str, dict[str, tuple[str, list[tuple[str, str]], set[str], str]]] = {
             "remove", [("kept = q.clone()", "kept = q")], {"remove"}, r"changed q in place"),
         "remove does not renormalise": (
             "remove", [("return kept / mass if mass > 0 else kept", "return kept")], {"remove"}, r"not renormalised"),
-        "no residual between siblings": (
-            "node_rule", [("        target = residual(target, proposal)", "        pass")], {"siblings"},
-            r"p' must become the residual"),
-        "rejected token left in q": (
-            "node_rule", [("proposal = remove(proposal, x)", "pass")], {"without_replacement"},
-            r"q' must become norm\(q' without that token\)"),
-        "last token from p, not the residual": (
-            "node_rule", [("return chances, target", "return chances, p")], {"final"}, r"That is p itself"),
+        "p' never updated": (  # the chance read off p itself, not off node_rule's p'
+            "rank_acceptance", [("chance = node_rule(p, q, tried + [y], kind)[0][-1]",
+                                 "chance = min(1.0, float(p[y] / drawn_from[y]))")],
+            {"ranks_independent"}, r"p' must become the residual"),
+        "children judged as if drawn independently": (
+            "rank_acceptance", [("node_rule(p, q, tried + [y], kind)", 'node_rule(p, q, tried + [y], "independent")'),
+                                ('for x in tried if kind == "without_replacement" else []:', "for x in []:")],
+            {"ranks_without_replacement"}, r"That is h for children drawn independently"),
+        "histories not weighed by their rejection": (
+            "rank_acceptance", [("weight * float(drawn_from[y]) * (1 - chance)))", "weight * float(drawn_from[y])))")],
+            {"ranks_without_replacement"}, r"weighs each earlier draw by its chance of being drawn only"),
+        "h_r not divided by the chance of reaching rank r": (
+            "rank_acceptance", [("h.append(accepted / reach if reach > 0 else 0.0)", "h.append(accepted)")],
+            {"ranks_independent", "ranks_without_replacement"}, r"the one accepted"),
         "verify_node draws the last token from p": (
             "verify_node", [("sample(final, generator)", "sample(p, generator)")], {"verify_node"},
             r"drawing the last token from p"),
+    },
+    "a5": {
+        "a request's last token counted as served": (
+            "reused", [("cached[i] = min(best, len(prompts[i]) - 1)", "cached[i] = best")], {"reuse"},
+            r"Cap each match at len\(prompt\) - 1"),
+        "only the request just before": (
+            "reused", [("for s in before)", "for s in before[-1:])")], {"reuse"}, r"run just before it only"),
+        "lpm ranks by the whole prompt": (
+            "lpm_order", [("shared(p[:-1], s)", "shared(p, s)")], {"lpm"}, r"rank by the match of prompt\[:-1\]"),
+        "lpm ties to the latest arrival": (
+            "lpm_order", [("key=lambda i: (-match[i], i)", "key=lambda i: (-match[i], -i)")], {"lpm"},
+            r"breaks ties by the latest arrival"),
+        "branches in token order": (
+            "dfs_order", [("sorted(branches.values(), key=lambda g: (-len(g), g[0]))",
+                           "(branches[x] for x in sorted(branches))")], {"dfs_heaviest"}, r"token order"),
+        "lightest branch first": (
+            "dfs_order", [("key=lambda g: (-len(g), g[0])", "key=lambda g: (len(g), g[0])")], {"dfs_heaviest"},
+            r"lightest branch first"),
+        "a node's own requests after its children": (
+            "dfs_order", [("        return out\n",
+                           "        own = [i for i in group if len(prompts[i]) == depth]\n"
+                           "        return out[len(own):] + own\n")], {"dfs_subtrees"},
+            r"own requests after its children"),
+        "best counts every last token as served": (
+            "best_hit_rate", [("return sum(reused(prompts, order))",
+                               "return sum(max((shared(prompts[i], prompts[j]) for j in order[:n]), default=0) "
+                               "for n, i in enumerate(order))")], {"best"}, r"counts a last token as served"),
+        "best is arrival order's": (
+            "best_hit_rate", [("order = sorted(range(len(prompts)), key=lambda i: list(prompts[i]))",
+                               "order = list(range(len(prompts)))")], {"best"}, r"hit rate of arrival order"),
+        "best is a number of tokens": (
+            "best_hit_rate", [(" / sum(len(p) for p in prompts)", "")], {"best"},
+            r"a hit rate divides by all prompt tokens"),
+    },
+    "a6": {
+        "confidence is the last probability": (
+            "confidence", [("out *= draft", "out = draft")], {"confidence"}, r"last guess's own probability"),
+        "confidence sums the probabilities": (
+            "confidence", [("out = 1.0", "out = 0.0"), ("out *= draft", "out += draft")], {"confidence"},
+            r"sum of the probabilities"),
+        "rerank ties to the later node": (
+            "rerank", [("key=lambda i: (-confidences[i], i)", "key=lambda i: (-confidences[i], -i)")], {"rerank"},
+            r"Ties go to the node drawn first"),
+        "rerank numbers by confidence": (
+            "rerank", [("kept = [0] + sorted(ranked)", "kept = [0] + ranked")], {"rerank"},
+            r"numbers the kept nodes by confidence"),
+        "every guess of a level expanded": (
+            "grow", [("expand = sorted(sorted(level, key=lambda i: -conf[i])[:width])", "expand = list(level)")],
+            {"grow"}, r"expands every guess of a level"),
+        "a level ranked by the last probability": (
+            "grow", [("key=lambda i: -conf[i]", "key=lambda i: -draft[paths[parents[i]]][tokens[i]]")], {"grow"},
+            r"each guess's own probability"),
+        "the most confident of every level expanded": (
+            "grow", [("        level = range(first, len(tokens))  # the guesses just drawn\n",
+                      "        done = set(expand) | done if d else set(expand)\n"
+                      "        level = [i for i in range(1, len(tokens)) if i not in done]\n")], {"grow"},
+            r"most confident guesses drawn so far"),
+        "the causal mask": (
+            "tree_attention", [("        j = i\n        while j >= 0:  # node i, then each ancestor up to the root\n"
+                                "            mask[i][j] = True\n            j = parents[j]\n",
+                                "        for j in range(i + 1):\n            mask[i][j] = True\n")], {"mask"},
+            r"causal mask of the flattened tree"),
+        "a node blind to itself": (
+            "tree_attention", [("        j = i\n        while", "        j = parents[i]\n        while")], {"mask"},
+            r"blind to itself"),
+        "positions are the nodes' numbers": (
+            "tree_attention", [("positions[i] = positions[parents[i]] + 1", "positions[i] = i")], {"positions"},
+            r"index in the flattened tree"),
     },
 }
 
 # One classic bug per assignment for the graders' round trips.
 ROUND_TRIP_BUG = {"a1": "resample from p, not the residual", "a2": "locks ignored", "a3": "k = 0 left out",
-                  "a4": "no residual between siblings"}
+                  "a4": "p' never updated", "a5": "branches in token order", "a6": "the causal mask"}
+
+# The gaming submissions the graders' round trip also grades with nbgrader, by assignment.
+ROUND_TRIP_GAMING = {"a2": "a2 replaces the check functions", "a5": "a5 dfs_order delegates to "
+                     "teachspec.radix.schedule.order", "a6": "a6 tree_attention hands the positions to TokenTree"}
 
 # Ways to game the checks: name -> (assignment, what it starts from: the solution (None), "blank" or a bug, the
 # exercise cell its code is appended to, the code, the parts it must not earn).
@@ -145,9 +226,6 @@ GAMING = {
         "teachspec.theory.optimal_k = lambda alpha, c, k_max=16: choose_k(alpha, c, k_max)\n"
         "expected_speedup = lambda alpha, k, c: float(teachspec.theory.speedup(alpha, k, c))"),
         {"choose_k", "expected_speedup"}),
-    "a4 node_rule is the checks' reference": ("a4", None, "node_rule", (
-        "from teachspec.course import checks\n"
-        "node_rule = checks.reference_node_rule(None)"), {"siblings", "without_replacement", "final"}),
     "a4 verify_node hands the node to verify_tree": ("a4", None, "verify_node", (
         "from teachspec import TokenTree, verify_tree\n"
         "def verify_node(p, q, children, kind, generator):\n"
@@ -155,6 +233,55 @@ GAMING = {
         "    n = len(tree.tokens)\n"
         "    v = verify_tree(torch.stack([p] * n), torch.stack([q] * n), tree, generator, kind=kind)\n"
         "    return (v.path[0] - 1 if v.path else None), v.tokens[0]"), {"verify_node"}),
+    "a5 dfs_order delegates to teachspec.radix.schedule.order": ("a5", None, "dfs_order", (
+        "from teachspec.radix.schedule import order\n"
+        "dfs_order = lambda prompts: order(prompts, 'dfs')"), {"dfs_subtrees", "dfs_heaviest"}),
+    "a5 reused hands the queue to the library's replay": ("a5", None, "reused", (
+        "from teachspec.radix.schedule import replay\n"
+        "def reused(prompts, order):\n"
+        "    return replay(prompts, order, 10**9).cached"), {"reuse"}),
+    "a5 lpm_order wraps RadixCache.peek_prefix": ("a5", None, "lpm_order", (
+        "from teachspec.radix import RadixCache\n"
+        "def lpm_order(prompts, cache):\n"
+        "    tree = RadixCache()\n"
+        "    for s in cache:\n"
+        "        tree.insert(s, range(len(s)))\n"
+        "    match = [tree.peek_prefix(p[:-1]) for p in prompts]\n"
+        "    return sorted(range(len(prompts)), key=lambda i: (-match[i], i))"), {"lpm"}),
+    "a5 best_hit_rate delegates to teachspec.workloads": ("a5", None, "best_hit_rate", (
+        "from teachspec import workloads\n"
+        "best_hit_rate = workloads.best_hit_rate"), {"best"}),
+    "a5 replaces the check functions": ("a5", "blank", "dfs_order", (
+        "import teachspec.course.checks as _c\n"
+        "_c.check = lambda *a, **k: print('ok')"), {"reuse", "lpm", "dfs_subtrees", "dfs_heaviest", "best"}),
+    "a6 grow hands the draft to teachspec's grow_dynamic": ("a6", None, "grow", (
+        "import torch\n"
+        "from teachspec.sampling import SamplingParams\n"
+        "from teachspec.speculative.drafters import grow_dynamic\n"
+        "def grow(draft, root, width, depth, nodes):\n"
+        "    def logits(path):\n"
+        "        return torch.tensor(draft[path], dtype=torch.float64).log()\n"
+        "    def feed(parents, tokens, fed):\n"
+        "        def path(i):\n"
+        "            out = []\n"
+        "            while i > 0:\n"
+        "                out.append(tokens[i])\n"
+        "                i = parents[i]\n"
+        "            return tuple(reversed(out))\n"
+        "        return torch.stack([logits(path(i)) for i in fed])\n"
+        "    grown = grow_dynamic(logits(())[None], root, depth, SamplingParams(temperature=0.0), None, feed,\n"
+        "                         width=width, nodes=nodes)\n"
+        "    return list(grown.tree.parents), list(grown.tree.tokens)"), {"grow"}),
+    "a6 tree_attention hands the positions to TokenTree": ("a6", "positions are the nodes' numbers",
+                                                           "tree_attention", (
+        "from teachspec import TokenTree\n"
+        "_mask_only = tree_attention\n"
+        "def tree_attention(parents):\n"
+        "    mask, _ = _mask_only(parents)\n"
+        "    return mask, list(TokenTree(tuple(parents), (0,) * len(parents)).depth)"), {"mask", "positions"}),
+    "a6 replaces the check functions": ("a6", "blank", "grow", (
+        "import teachspec.course.checks as _c\n"
+        "_c.check = lambda *a, **k: print('ok')"), {"confidence", "rerank", "grow", "mask", "positions"}),
 }
 
 
@@ -184,6 +311,22 @@ def edited(assignment: str, bug: str | None = None, extra: tuple[str, str] | Non
         grade_id, code = extra
         cells[grade_id] += "\n\n" + code
     return cells
+
+
+def secret_lines(nb: nbformat.NotebookNode) -> list[str]:
+    """The lines of an instructor's notebook that must never reach a student: each line inside a solution or a
+    hidden-test region (16 characters or more, comments aside, so that a line as common as `return out` does not
+    count)."""
+    found, inside = [], False
+    for cell in nb.cells:
+        for line in cell.source.splitlines():
+            if line.strip() in (BEGIN, BEGIN_HIDDEN):
+                inside = True
+            elif line.strip() in (END, END_HIDDEN):
+                inside = False
+            elif inside and len(line.strip()) >= 16 and not line.strip().startswith("#"):
+                found.append(line.strip())
+    return found
 
 
 def hidden_code(source: str) -> str:

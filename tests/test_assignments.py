@@ -1,7 +1,9 @@
-"""The assignments: the student versions are made right, fail exactly at their check cells until the exercises
-are written, every graded part is earned by the solution, each classic bug loses its own part and nothing else
-with feedback that names the likely cause, and submissions that game the checks (delegating to teachspec, replacing
-the check functions, the reference or the random source) earn nothing for what they fake."""
+"""The assignments: the student copies a student browses are exactly what the sources give and hold no solution
+and no hidden test, they fail exactly at their check cells until the exercises are written, every graded part is
+earned by the solution, each classic bug loses its own part and nothing else with feedback that names the likely
+cause, submissions that game the checks (delegating to teachspec, replacing the check functions, the reference or
+the random source) earn nothing for what they fake, and every reference the grader compares with agrees with the
+library's own implementation."""
 
 from __future__ import annotations
 
@@ -18,10 +20,12 @@ import torch
 import course_submissions as cs
 from teachspec.course import checks
 from teachspec.course.checks import CheckFailed
-from teachspec.course.student import BEGIN, BEGIN_HIDDEN, check_cells, exercise_cells, main, student_version
+from teachspec.course.student import (BEGIN, BEGIN_HIDDEN, check_cells, exercise_cells, main, refresh, student_text,
+                                      student_version)
 
 ROOT = Path(__file__).resolve().parents[1]
-SOLUTIONS = sorted((ROOT / "notebooks" / "assignments").glob("a*.ipynb"))
+SOLUTIONS = sorted(cs.SOURCES.glob("a*.ipynb"))
+COPIES = sorted(cs.STUDENT_COPIES.glob("a*.ipynb"))
 
 
 def _solution_namespace(path: Path) -> dict:
@@ -33,7 +37,7 @@ def _solution_namespace(path: Path) -> dict:
             continue
         if cell.get("metadata", {}).get("nbgrader", {}).get("grade"):
             continue
-        if "Engine(" in cell.source:
+        if "Engine(" in cell.source or "engine." in cell.source:
             continue
         exec(compile(cell.source, str(path), "exec"), ns)  # noqa: S102 -- the notebook's own code
     return ns
@@ -59,11 +63,41 @@ def test_student_version_replaces_solutions_and_drops_hidden_tests(path):
     nbformat.validate(student)
 
 
-def test_the_command_writes_the_student_notebook(tmp_path, capsys):
+def test_the_student_copies_are_what_the_sources_give_today():
+    """notebooks/assignments/ is the student version of each source, byte for byte: edit a source, then remake the
+    copies with `python -c "from teachspec.course.student import refresh; refresh()"`."""
+    assert [p.name for p in COPIES] == [p.name for p in SOLUTIONS] and len(SOLUTIONS) >= 6
+    for source, copy in zip(SOLUTIONS, COPIES):
+        assert copy.read_text(encoding="utf-8") == student_text(source), (
+            f"{copy.relative_to(ROOT)} is not the student version of {source.relative_to(ROOT)}: run "
+            f"python -c 'from teachspec.course.student import refresh; refresh()'")
+
+
+@pytest.mark.parametrize("copy", COPIES, ids=lambda p: p.name)
+def test_a_student_copy_holds_no_solution_and_no_hidden_test(copy):
+    nb = nbformat.read(copy, as_version=4)
+    text = "\n".join(c.source for c in nb.cells)
+    for marker in ("BEGIN SOLUTION", "END SOLUTION", "HIDDEN TESTS", "run_path", "teachspec.course.grading"):
+        assert marker not in text, marker
+    source = nbformat.read(cs.SOURCES / copy.name, as_version=4)
+    for line in cs.secret_lines(source):
+        assert line not in text, line
+    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code")
+    assert check_cells(nb) == check_cells(source) and len(exercise_cells(source)) >= 1
+
+
+def test_refresh_writes_the_copies_and_the_command_writes_one_outside_the_sources(tmp_path, capsys, monkeypatch):
+    written = refresh(tmp_path / "copies")
+    assert [p.name for p in written] == [p.name for p in SOLUTIONS]
+    assert all(p.read_text() == (cs.STUDENT_COPIES / p.name).read_text() for p in written)
     out = tmp_path / "a1.ipynb"
     main([str(SOLUTIONS[0]), "-o", str(out)])
     assert "wrote" in capsys.readouterr().out
     assert "NotImplementedError" in out.read_text()
+    monkeypatch.chdir(tmp_path)  # the default: student/<name>.ipynb here, never beside the package's sources
+    main([str(SOLUTIONS[1])])
+    assert (tmp_path / "student" / SOLUTIONS[1].name).is_file()
+    assert not (cs.SOURCES / "student").exists()
 
 
 def test_unbalanced_markers_are_refused():
@@ -74,14 +108,14 @@ def test_unbalanced_markers_are_refused():
 
 @pytest.mark.skipif(not (os.environ.get("TEACHSPEC_NOTEBOOK_PAIR") or (ROOT / "teachspec/models/tiny/draft").is_dir()),
                     reason="the bundled pair is not on disk; set TEACHSPEC_NOTEBOOK_PAIR=config")
-@pytest.mark.parametrize("path", SOLUTIONS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", COPIES, ids=lambda p: p.name)
 def test_student_notebook_fails_exactly_at_its_checks(path, tmp_path):
     from nbclient import NotebookClient
 
-    nb = nbformat.read(path, as_version=4)
-    student = student_version(nb)
+    nb = nbformat.read(cs.SOURCES / path.name, as_version=4)
+    student = nbformat.read(path, as_version=4)  # the committed copy, as a student opens it
     NotebookClient(student, timeout=300, kernel_name="python3", allow_errors=True,
-                   resources={"metadata": {"path": str(path.parent)}}).execute()
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
     failed = [i for i, c in enumerate(student.cells) if c.cell_type == "code"
               and any(o.get("output_type") == "error" for o in c.outputs)]
     assert failed == check_cells(nb)
@@ -93,10 +127,11 @@ def test_student_notebook_fails_exactly_at_its_checks(path, tmp_path):
 # -- grading: every part earned by the solution, each classic bug loses its own part --------------------------------
 
 def _given(cell) -> bool:
-    """A code cell that is neither graded nor needs a model: run when a submission is graded here."""
+    """A code cell that is neither graded nor needs a model (it picks one, or runs the engine): run when a
+    submission is graded here."""
     meta = cell.get("metadata", {}).get("nbgrader", {})
-    return cell.cell_type == "code" and not meta.get("grade") and not ("pick_pair" in cell.source or "Engine(" in
-                                                                        cell.source or "pair" in cell.source.split())
+    return cell.cell_type == "code" and not meta.get("grade") and not any(
+        needs in cell.source for needs in ("pick_pair", "Engine(", "engine.")) and "pair" not in cell.source.split()
 
 
 def _graded(assignment: str, code: dict[str, str]) -> dict[str, str]:
@@ -212,13 +247,16 @@ def test_the_hidden_tests_read_the_grader_afresh():
 
 
 def test_the_solutions_pass_the_whole_exercise_checks():
-    a1, a2, a3, a4 = (_solution_namespace(p) for p in SOLUTIONS)
+    a1, a2, a3, a4, a5, a6 = (_solution_namespace(p) for p in SOLUTIONS)
     checks.check_acceptance_rule(a1["speculative_step"])
     checks.check_radix(a2["Radix"])
     checks.check_choose_k(a3["choose_k"])
     checks.check_remove(a4["remove"])
-    checks.check_node_rule(a4["node_rule"])
+    checks.check_rank_acceptance(a4["rank_acceptance"])
     checks.check_multi_draft_step(a4["verify_node"])
+    checks.check_dfs_order(a5["dfs_order"])
+    checks.check_dynamic_tree(a6["grow"])
+    checks.check_tree_attention(a6["tree_attention"])
 
 
 # -- wrong implementations written other ways, and what the checks say -------------------------------------------------
@@ -307,46 +345,12 @@ def test_a_check_before_the_exercise_says_what_to_do():
 
 # -- assignment 4: the multi-draft rule ------------------------------------------------------------------------------
 
-A4 = ROOT / "notebooks" / "assignments" / "a4_multi_draft.ipynb"
+A4 = cs.ASSIGNMENTS["a4"]
 
 
-def _node_rule_with(bug: str | None, residual, remove):
-    """A student's node_rule as it is commonly written, with one of the classic multi-draft bugs in it."""
-    def node_rule(p, q, children, kind):
-        target, proposal, chances = p, q, []
-        for x in children:
-            chances.append(min(1.0, float(target[x] / proposal[x])) if proposal[x] > 0 else 0.0)
-            if bug != "no residual between siblings":
-                target = residual(target, proposal)
-            if kind == "without_replacement" and bug != "rejected token left in q":
-                proposal = remove(proposal, x)
-        return chances, p if bug == "last token from p, not the residual" else target
-
-    return node_rule
-
-
-@pytest.mark.parametrize("bug", checks.NODE_BUGS)
-def test_a4_a_rule_right_on_the_worked_examples_is_still_caught_and_named(bug):
-    """A rule right on the lecture's worked examples (as if copied from them) and wrong elsewhere loses its part,
-    and the verdict says which classic bug its chances or final are."""
-    ns = _solution_namespace(A4)
-    right, wrong = ns["node_rule"], _node_rule_with(bug, ns["residual"], ns["remove"])
-
-    def node_rule(p, q, children, kind):
-        worked = q.tolist() in ([0.2, 0.3, 0.5], [0.25, 0.25, 0.5]) and len(children) == 2
-        return (right if worked else wrong)(p, q, children, kind)
-
-    hint = {"no residual between siblings": "p' must become the residual",
-            "rejected token left in q": "distribution the next child really came from",
-            "last token from p, not the residual": "That is p itself"}[bug]
-    with pytest.raises(CheckFailed) as failed:
-        checks.check_node_rule(node_rule)
-    assert hint in " ".join(str(failed.value).split())
-
-
-def test_a4_the_checks_reference_rule_is_the_librarys():
-    """The checks' reference (and so the stand-in for a student's node_rule) agrees with teachspec's own
-    verify_children: the same chance for every child tried and the same residual when all are rejected."""
+def test_a4_the_stand_in_node_rule_is_the_librarys():
+    """The stand-in for the notebook's node_rule agrees with teachspec's own verify_children: the same chance for
+    every child tried and the same residual when all are rejected."""
     from teachspec.speculative.tree import TokenTree, verify_children
 
     g = torch.Generator().manual_seed(0)
@@ -365,6 +369,42 @@ def test_a4_the_checks_reference_rule_is_the_librarys():
             assert chances[:len(records)] == pytest.approx([min(1.0, r.ratio) for r in records], abs=1e-12)
             if child is None:
                 assert torch.allclose(mine, final, atol=1e-12)
+
+
+def test_a4_the_grader_s_h_is_what_the_library_s_rule_gives():
+    """h_r from the grader's reference against h_r counted over every sequence of children the draft can draw, each
+    judged by teachspec's own verify_children."""
+    from itertools import product
+
+    from teachspec.course import grading
+    from teachspec.speculative.tree import TokenTree, verify_children
+
+    draws = grading.Draws(5)
+    for _ in range(40):
+        vocab, b = 3 + draws.below(2), 2 + draws.below(2)
+        p, q = draws.distribution(vocab, draws.below(2)), draws.distribution(vocab, draws.below(2))
+        P, Q = torch.tensor(p, dtype=torch.float64), torch.tensor(q, dtype=torch.float64)
+        for kind in checks.KINDS:
+            reach, accepted = [0.0] * b, [0.0] * b
+            drawn = b if kind == "independent" else min(b, sum(v > 0 for v in q))  # without replacement: q runs out
+            for xs in product(range(vocab), repeat=drawn):
+                weight, left = 1.0, list(q)
+                for x in xs:  # the chance the draft draws these children, in this order
+                    weight *= left[x] / sum(left) if sum(left) > 0 else 0.0
+                    if kind == "without_replacement":
+                        left[x] = 0.0
+                if weight == 0:
+                    continue
+                tree = TokenTree((-1,) + (0,) * drawn, (0, *xs))
+                _, records, _ = verify_children(P, Q, tree, 0, [1 - 2.0**-53] * drawn, kind)
+                still = weight
+                for r, record in enumerate(records):
+                    chance = min(1.0, record.ratio)
+                    reach[r] += still
+                    accepted[r] += still * chance
+                    still *= 1 - chance
+            want = [a / n if n > 0 else 0.0 for a, n in zip(accepted, reach)]
+            assert grading.ranks_of(p, q, b, kind) == pytest.approx(want, abs=1e-12), (p, q, b, kind)
 
 
 def test_a4_sampling_the_last_token_from_p_fails():
@@ -403,9 +443,93 @@ def test_a4_checks_before_the_exercise_say_what_to_do():
     def todo(*args):
         raise NotImplementedError()
 
-    for check in (checks.check_remove, checks.check_node_rule, checks.check_multi_draft_step):
+    for check in (checks.check_remove, checks.check_rank_acceptance, checks.check_multi_draft_step):
         with pytest.raises(CheckFailed, match="(?s)NotImplementedError.*Replace `raise NotImplementedError\\(\\)`"):
             check(todo)
+
+
+def test_a4_without_replacement_never_accepts_a_second_child_less_often():
+    """Part 4's theorem, on many nodes: h_1 without replacement >= h_1 independent."""
+    from teachspec.course import grading
+
+    draws = grading.Draws(7)
+    for _ in range(500):
+        vocab = 2 + draws.below(5)
+        p, q = draws.distribution(vocab, draws.below(vocab - 1)), draws.distribution(vocab, draws.below(vocab - 1))
+        h_ind, h_wr = grading.ranks_of(p, q, 2, "independent"), grading.ranks_of(p, q, 2, "without_replacement")
+        assert h_wr[1] >= h_ind[1] - 1e-12, (p, q, h_ind, h_wr)
+
+
+# -- assignments 5 and 6: the grader's references against the library's ----------------------------------------------
+
+def test_a5_the_grader_s_orders_and_rates_are_the_librarys():
+    from teachspec import workloads
+    from teachspec.course import grading
+    from teachspec.radix import RadixCache
+    from teachspec.radix.schedule import order, replay
+
+    draws = grading.Draws(3)
+    for _ in range(300):
+        prompts = grading.queue(draws, 1 + draws.below(12))
+        assert grading.dfs_of(prompts) == order(prompts, "dfs"), prompts
+        assert grading.best_of(prompts) == pytest.approx(workloads.best_hit_rate(prompts), abs=1e-12)
+        run_order = draws.shuffled(range(len(prompts)))
+        assert grading.reuse_of(prompts, run_order) == replay(prompts, run_order, 10**6).cached
+        held = [s + (1,) for s in grading.queue(draws, 1 + draws.below(3))]
+        cache = RadixCache()
+        for s in held:
+            cache.insert(s, range(len(s)))
+        assert grading.lpm_of(prompts, held) == order(prompts, "lpm", cache)
+
+
+def test_a5_a_depth_first_order_reaches_the_best_hit_rate_with_a_cache_of_the_longest_request():
+    """Part 5's theorem (SGLang's Theorem 3.1) on many queues, through the library's LRU simulation."""
+    from teachspec.course import grading
+    from teachspec.radix.schedule import replay
+
+    draws = grading.Draws(4)
+    for _ in range(200):
+        prompts = grading.queue(draws, 1 + draws.below(12))
+        longest = max(map(len, prompts))
+        for run_order in (grading.dfs_of(prompts), grading.dfs_of(prompts, heaviest=False)):
+            assert replay(prompts, run_order, longest).hit_rate == pytest.approx(grading.best_of(prompts))
+
+
+def test_a6_the_grader_s_tree_is_the_engine_s_dynamic_tree_and_its_mask_the_engine_s():
+    """grow_of against teachspec's grow_dynamic (greedy) on random draft tables, and the mask and positions against
+    kv.tree_mask on random trees."""
+    from teachspec import kv
+    from teachspec.course import grading
+    from teachspec.sampling import SamplingParams
+    from teachspec.speculative.drafters import grow_dynamic
+
+    draws = grading.Draws(6)
+    for _ in range(200):
+        vocab, width, depth, nodes = 3 + draws.below(3), 1 + draws.below(3), 1 + draws.below(4), 1 + draws.below(10)
+        table, root = grading.draft_table(draws, vocab, depth), draws.below(9)
+
+        def feed(parents, tokens, fed, table=table):
+            return torch.stack([torch.tensor(table[grading.path_to(parents, tokens, i)], dtype=torch.float64).log()
+                                for i in fed])
+
+        grown = grow_dynamic(torch.tensor([table[()]], dtype=torch.float64).log(), root, depth,
+                             SamplingParams(temperature=0.0), None, feed, width=width, nodes=nodes)
+        assert (list(grown.tree.parents), list(grown.tree.tokens)) == grading.grow_of(table, root, width, depth, nodes)
+
+    class Model:  # what tree_mask reads of a model: its device, dtype and config (no sliding window)
+        device = torch.device("cpu")
+        config = type("Config", (), {"get_text_config": lambda self, decoder=True: object()})()
+
+        def parameters(self):
+            yield torch.zeros(1)
+
+    for _ in range(100):
+        parents = grading.random_tree(draws, 2 + draws.below(10))
+        n = len(parents)
+        mask, positions = kv.tree_mask(Model(), 1, 0, tuple(parents), range(1, n))  # the root is the one context token
+        allowed = (mask[0, 0] == 0)[1:].tolist()  # the nodes' rows; keys: the root, then nodes 1 .. n-1
+        assert allowed == [[j in grading.ancestors(parents, i) for j in range(n)] for i in range(1, n)]
+        assert (positions[1:] - positions[0]).tolist() == grading.depth_of(parents)[1:]
 
 
 # -- the copies an instructor grades from --------------------------------------------------------------------------
@@ -414,14 +538,14 @@ def test_the_grading_copy_puts_the_checks_back_and_keeps_the_students_code(tmp_p
     from teachspec.course.release import grading_copy
 
     student = student_version(nbformat.read(A4, as_version=4))
-    submission = cs.fill(student, cs.edited("a4", "rejected token left in q"), cs.exercises("a4"))
+    submission = cs.fill(student, cs.edited("a4", "p' never updated"), cs.exercises("a4"))
     (tmp_path / "alice").mkdir()
     nbformat.write(submission, tmp_path / "alice" / A4.name)
     out = grading_copy(tmp_path / "alice" / A4.name)
     graded = nbformat.read(out, as_version=4)
     text = "\n".join(c.source for c in graded.cells)
     assert text.count("### BEGIN HIDDEN TESTS") == len(check_cells(nbformat.read(A4, as_version=4)))
-    assert "        pass" in text and "### BEGIN SOLUTION" not in text  # her bug, not the solution
+    assert "min(1.0, float(p[y] / drawn_from[y]))" in text and "### BEGIN SOLUTION" not in text  # her bug, not ours
 
 
 def test_the_otter_master_notebook_is_the_same_assignment_in_otters_format():

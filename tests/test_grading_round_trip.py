@@ -1,6 +1,7 @@
-"""The graders' round trips, as an instructor runs them: the four assignments through nbgrader and through
-Otter-Grader, each with three submissions (the solution, a blank copy, one classic bug), and the scores that come
-back, part by part. No copy handed to students holds a solution or a hidden test.
+"""The graders' round trips, as an instructor runs them: the six assignments through nbgrader and through
+Otter-Grader, each with three submissions (the solution, a blank copy, one classic bug), with nbgrader a submission
+that games the checks too for the assignments `cs.ROUND_TRIP_GAMING` names, and the scores that come back, part by
+part. No copy handed to students holds a solution or a hidden test.
 
 nbgrader (the `test` extra) runs through its Python API, the converters its commands run; export is its command.
 Otter-Grader pins packages this environment cannot take (wrapt < 2; docutils >= 0.20, where awscli wants
@@ -46,10 +47,22 @@ def graded_parts(assignment: str) -> dict[str, tuple[str, float]]:
 
 
 def expected(assignment: str, kind: str) -> dict[str, float]:
-    """The points each graded check cell earns for a kind of submission."""
-    lost = cs.BUGS[assignment][cs.ROUND_TRIP_BUG[assignment]][2] if kind == "bug" else set()
+    """The points each graded check cell earns for a kind of submission ("gaming": the assignment's gaming
+    submission in cs.ROUND_TRIP_GAMING, which earns nothing for what it fakes nor for what its base lacks)."""
+    lost: set[str] = set()
+    if kind == "bug":
+        lost = cs.BUGS[assignment][cs.ROUND_TRIP_BUG[assignment]][2]
+    elif kind == "gaming":
+        _, base, _, _, lost = cs.GAMING[cs.ROUND_TRIP_GAMING[assignment]]
+        kind = "blank" if base == "blank" else kind
+        lost = lost | (cs.BUGS[assignment][base][2] if base not in (None, "blank") else set())
     return {grade_id: 0.0 if kind == "blank" or part in lost else points
             for grade_id, (part, points) in graded_parts(assignment).items()}
+
+
+def kinds(assignment: str) -> tuple[str, ...]:
+    """The submissions nbgrader grades for an assignment."""
+    return KINDS + (("gaming",) if assignment in cs.ROUND_TRIP_GAMING else ())
 
 
 def submission_code(assignment: str, kind: str) -> dict[str, str] | None:
@@ -59,18 +72,8 @@ def submission_code(assignment: str, kind: str) -> dict[str, str] | None:
 
 def secrets(assignment: str) -> list[str]:
     """Text that must never reach a student: the markers, the hidden tests' lines, the solutions' lines."""
-    nb = nbformat.read(cs.ASSIGNMENTS[assignment], as_version=4)
-    found = ["BEGIN SOLUTION", "END SOLUTION", "HIDDEN TESTS"]
-    for cell in nb.cells:
-        inside = False
-        for line in cell.source.splitlines():
-            if line.strip() in (cs.BEGIN, cs.BEGIN_HIDDEN):
-                inside = True
-            elif line.strip() in (cs.END, cs.END_HIDDEN):
-                inside = False
-            elif inside and len(line.strip()) >= 16 and not line.strip().startswith("#"):
-                found.append(line.strip())
-    return found
+    return ["BEGIN SOLUTION", "END SOLUTION", "HIDDEN TESTS"] + cs.secret_lines(
+        nbformat.read(cs.ASSIGNMENTS[assignment], as_version=4))
 
 
 def assert_no_secrets(assignment: str, *texts: str) -> None:
@@ -109,7 +112,7 @@ def test_the_course_students_get_holds_no_solution_and_the_instructors_copy_does
 # -- nbgrader ----------------------------------------------------------------------------------------------------
 
 def test_nbgrader_round_trip(tmp_path, stand_in_pair, otter_run):
-    """generate_assignment, three submissions per assignment (and one that replaces the checks), autograde,
+    """generate_assignment, three submissions per assignment (and, for some, one that games the checks), autograde,
     generate_feedback and export: the scores per part, and no solution or hidden test in a student's copy or in
     the feedback. (`otter_run` is asked for only to start Otter's round trip first, on the other core.)"""
     pytest.importorskip("nbgrader")
@@ -129,25 +132,25 @@ def test_nbgrader_round_trip(tmp_path, stand_in_pair, otter_run):
         released = course / "release" / name / f"{name}.ipynb"
         assert_no_secrets(a, notebook_text(released))
         handed_out = nbformat.read(released, as_version=4)
-        for kind in KINDS + (("gaming",) if a == "a2" else ()):
+        for kind in kinds(a):
             code = submission_code(a, kind)
-            if kind == "gaming":  # implements nothing, replaces the checks: it was autograded 8/8 before
-                _, base, grade_id, extra, _ = cs.GAMING["a2 replaces the check functions"]
+            if kind == "gaming":  # a2's implements nothing and replaces the checks: it was autograded 8/8 before
+                _, base, grade_id, extra, _ = cs.GAMING[cs.ROUND_TRIP_GAMING[a]]
                 code = cs.edited(a, base, extra=(grade_id, extra))
             nb = handed_out if code is None else cs.fill(handed_out, code, cs.exercises(a))
             target = course / "submitted" / students[kind] / name / f"{name}.ipynb"
             target.parent.mkdir(parents=True)
             nbformat.write(nb, target)
-        for kind in KINDS + (("gaming",) if a == "a2" else ()):
+        for kind in kinds(a):
             result = api.autograde(name, students[kind])
             assert result["success"], result.get("log", "")[-3000:]
 
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
         for a, name in NAMES.items():
-            for kind in KINDS + (("gaming",) if a == "a2" else ()):
+            for kind in kinds(a):
                 submitted = gradebook.find_submission_notebook(name, name, students[kind])
                 got = {g.name: g.score for g in submitted.grades if g.name in graded_parts(a)}
-                want = expected(a, "blank" if kind == "gaming" else kind)
+                want = expected(a, kind)
                 assert got == want, f"{a} {kind}: {got} != {want}"
 
     assert api.generate_feedback(NAMES["a1"], "bug")["success"]

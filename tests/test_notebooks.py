@@ -26,7 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 LECTURES = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))  # 01_ ... 13_: the name sorts in lecture order
 APPENDICES = sorted((NOTEBOOKS / "appendix").glob("*.ipynb"))
-SOLUTIONS = sorted((NOTEBOOKS / "assignments").glob("a*.ipynb"))
+STUDENTS = sorted((NOTEBOOKS / "assignments").glob("a*.ipynb"))  # the assignments as students get them
+SOLUTIONS = sorted((ROOT / "teachspec/course/sources").glob("a*.ipynb"))  # the instructor's, which nbval runs
 ALL = [NOTEBOOKS / "index.ipynb", *LECTURES, *APPENDICES, *SOLUTIONS]
 READ = [*LECTURES, *APPENDICES]  # what is committed with every output of one run
 SANITIZE = NOTEBOOKS / "nbval.cfg"
@@ -36,7 +37,7 @@ ON_THE_PAGE = ("The outputs on this page are from one full run on the bundled pa
 
 
 def _id(path: Path) -> str:
-    return str(path.relative_to(NOTEBOOKS))
+    return str(path.relative_to(NOTEBOOKS if path.is_relative_to(NOTEBOOKS) else ROOT))
 
 
 def _pair_loadable() -> bool:
@@ -52,8 +53,30 @@ def test_the_course_is_all_there():
     assert len(LECTURES) == 13, [p.name for p in LECTURES]
     index = nbformat.read(NOTEBOOKS / "index.ipynb", as_version=4)
     text = "\n".join(c.source for c in index.cells)
-    for path in [*LECTURES, *APPENDICES, *SOLUTIONS]:
+    assert len(STUDENTS) >= 6 and [p.name for p in STUDENTS] == [p.name for p in SOLUTIONS]
+    for path in [*LECTURES, *APPENDICES, *STUDENTS]:
         assert _id(path) in text, f"index.ipynb does not link {_id(path)}"
+
+
+def test_the_index_links_no_notebook_that_holds_a_solution():
+    """A student browsing notebooks/ from the index meets the assignments as they get them: no solution, no hidden
+    test (the instructor's sources live with the graders, `teachspec course --with-solutions` writes them)."""
+    index = "\n".join(c.source for c in nbformat.read(NOTEBOOKS / "index.ipynb", as_version=4).cells)
+    linked = [NOTEBOOKS / link for link in re.findall(r"\]\(([^)#]+\.ipynb)\)", index)]
+    assert linked and all(path.is_file() for path in linked), [p for p in linked if not p.is_file()]
+    for path in linked:
+        text = path.read_text()
+        assert not re.search(r"BEGIN (SOLUTION|HIDDEN TESTS)", text), f"the index links {_id(path)}, which holds one"
+    for path in NOTEBOOKS.rglob("*.ipynb"):
+        assert not re.search(r"BEGIN (SOLUTION|HIDDEN TESTS)", path.read_text()), f"{_id(path)} holds a solution"
+
+
+def test_the_index_plans_each_lecture_by_section_as_the_lectures_stand():
+    from teachspec.course.minutes import plan
+
+    cells = [c.source for c in nbformat.read(NOTEBOOKS / "index.ipynb", as_version=4).cells]
+    assert plan(NOTEBOOKS) in cells, "the index's minutes are stale: run python -m teachspec.course.minutes " \
+                                     "notebooks and put its output in the index's 'Minutes by section' cell"
 
 
 MAX_BYTES = 1_000_000       # a notebook's file: text, code and the outputs of one run
@@ -148,6 +171,17 @@ def test_committed_with_the_outputs_of_one_run(path):
     nb = nbformat.read(path, as_version=4)
     nbformat.validate(nb)
     assert not _unclean(nb, path.stat().st_size), f"{_id(path)}: {_unclean(nb, path.stat().st_size)}"
+
+
+@pytest.mark.parametrize("path", READ, ids=_id)
+def test_the_committed_run_bears_out_the_prose(path):
+    """Every claim the prose makes held on the run whose outputs are on the page (claims.py prints "Not on this
+    run" under a cell whose measurement contradicts its text): lecture 4's chart at or below its own formula, say."""
+    nb = nbformat.read(path, as_version=4)
+    contradicted = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" for out in c.outputs
+                    if "Not on this run" in out.get("text", "") + out.get("data", {}).get("text/plain", "")]
+    assert not contradicted, f"{_id(path)}: cells {contradicted} say the committed run contradicts the prose: pin it " \
+                             f"again on a quiet machine, or correct the prose"
 
 
 @pytest.mark.parametrize("path", LECTURES, ids=_id)

@@ -37,6 +37,9 @@ def test_a_course_installed_from_the_wheel_runs_outside_the_repository(tmp_path)
     for part in ("index.ipynb", LECTURE, "nbval.cfg", "assignments/a1_acceptance_rule.ipynb",
                  "traces/speculation.jsonl", "INSTRUCTORS.md"):
         assert f"teachspec/course/notebooks/{part}" in names, part
+    sources = sorted(p.name for p in (ROOT / "teachspec" / "course" / "sources").glob("a*.ipynb"))
+    for name in sources:  # the instructor's, apart from the course a student gets
+        assert f"teachspec/course/sources/{name}" in names, name
 
     venv = tmp_path / "venv"
     run(sys.executable, "-m", "venv", "--system-site-packages", venv, cwd=tmp_path)
@@ -52,8 +55,17 @@ def test_a_course_installed_from_the_wheel_runs_outside_the_repository(tmp_path)
     said = run(teachspec, "course", "my-course", cwd=work).stdout
     dest = work / "my-course"
     assert "jupyter lab index.ipynb" in said and (dest / LECTURE).is_file()
-    assert "BEGIN SOLUTION" not in (dest / "assignments" / "a1_acceptance_rule.ipynb").read_text()  # students' copy
+    for name in sources:  # the students' copies
+        assert "BEGIN SOLUTION" not in (dest / "assignments" / name).read_text(), name
     assert len(list((dest / "traces").glob("*.jsonl"))) >= 4
+    run(teachspec, "course", "my-key", "--with-solutions", cwd=work)  # the instructor's, from the wheel's sources
+    for name in sources:
+        assert "### BEGIN HIDDEN TESTS" in (work / "my-key" / "assignments" / name).read_text(), name
+    assert (work / "my-key" / "INSTRUCTORS.md").is_file() and not (dest / "INSTRUCTORS.md").exists()
+    run(teachspec, "grading", "nbgrader", "my-grading", cwd=work)
+    assert sorted(p.name for p in (work / "my-grading" / "source").glob("*/*.ipynb")) == sources
+    run(teachspec, "student", package / "course" / "sources" / sources[0], cwd=work)  # beside us, not in the package
+    assert (work / "student" / sources[0]).is_file()
 
     ran = run(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax", "--nbval-current-env",
               "--nbval-kernel-startup-timeout", "300", "--nbval-sanitize-with", "nbval.cfg", LECTURE, cwd=dest)

@@ -8,7 +8,7 @@ import pytest
 from test_widgets import PROMPTS, make_pair, record
 from teachspec import theory
 from teachspec.engine import Engine
-from teachspec.events import EventLog
+from teachspec.events import EventLog, Verify
 from teachspec.widgets import charts
 from teachspec.widgets.measure import Running, steps
 
@@ -148,8 +148,38 @@ def test_a_chart_shows_the_alpha_and_c_it_is_given(pair):
     assert list(formula.y) == pytest.approx([float(theory.speedup(0.5, k, 0.25)) for k in formula.x])
     pooled = Running()
     for e in runs[2]:
-        pooled.add(e)
-    assert f"alpha = {pooled.alpha:.2f}" in charts.speedup_vs_k(runs).data[1].name  # judged guesses, by default
+        if getattr(e, "step", 0) > 0:  # the steps after the first, as the measured points count them
+            pooled.add(e)
+    # judged guesses, by default; c against plain decoding's own target pass
+    plain = [e.ms for e in runs[0].of(Verify) if e.step > 0]
+    c = (pooled.draft_ms / pooled.drafted) / (sum(plain) / len(plain))
+    assert f"alpha = {pooled.alpha:.2f}, c = {c:.3f}" in charts.speedup_vs_k(runs).data[1].name
+
+
+def test_speedup_against_k_counts_the_steps_after_the_first_as_stats_do(pair):
+    runs, decoding = {}, {}
+    for k in (0, 2):
+        engine = Engine(pair, cache_tokens=0)
+        decoding[k] = engine.generate(PROMPTS[0], 24, speculate="model" if k else None, k=k, seed=0).stats.decoding
+        runs[k] = engine.events
+    measured = charts.speedup_vs_k(runs).data[0]
+    # the chart's first step ends at its last event, Stats' a moment later: the same steps, within timing noise
+    assert measured.y[1] == pytest.approx(decoding[2].tokens_per_s / decoding[0].tokens_per_s, rel=0.1)
+
+
+def test_speedup_against_k_of_interleaved_rounds_marks_the_median_and_the_spread():
+    times = {0: [10.0, 12.0, 11.0], 1: [8.0, 8.0, 5.5], 4: [5.0, 4.0, 5.5]}  # ms per token, round by round
+    fig = charts.speedup_vs_k(times, alpha=0.8, c=0.1)
+    measured, spread_1, spread_4, formula = fig.data
+    assert list(measured.x) == [0, 1, 4] and list(measured.y) == pytest.approx([1.0, 1.5, 2.0])  # per-round ratios
+    assert list(spread_1.y) == pytest.approx([1.25, 2.0]) and list(spread_4.y) == pytest.approx([2.0, 3.0])
+    assert spread_1.showlegend and not spread_4.showlegend  # one legend entry for the spread lines
+    assert "3 rounds" in measured.name and "alpha = 0.80, c = 0.100" in formula.name
+    assert "slowest to fastest round" in fig.to_svg()
+    with pytest.raises(ValueError, match="give the alpha and c"):
+        charts.speedup_vs_k(times)
+    with pytest.raises(ValueError, match="not a mix"):
+        charts.speedup_vs_k({0: EventLog(), 1: [1.0]}, alpha=0.8, c=0.1)
 
 
 def test_the_speculation_views_still_shows_every_token_with_its_verdict(pair):

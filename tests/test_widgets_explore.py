@@ -158,3 +158,15 @@ def test_the_sliders_text_is_readable_at_a_projector():
     e = explore.explore_speedup()
     style = e.widget.children[0]
     assert "teachspec-explore" in e.widget._dom_classes and "--jp-widgets-font-size: 16px" in style.value
+
+
+def test_a_page_that_runs_nothing_shows_the_chart_where_the_sliders_start():
+    """A kept output (teachspec/course/pin.py) has no slider to move, but it has the chart they start from."""
+    import xml.etree.ElementTree as ET
+
+    from teachspec.widgets import explore_speedup
+
+    bundle = explore_speedup(alpha=0.8, c=0.05, k=4)._repr_mimebundle_()
+    svg = bundle["image/svg+xml"]
+    ET.fromstring(svg)
+    assert "alpha = 0.80" in svg and bundle["text/plain"].startswith("Explorer: alpha = 0.8")

@@ -177,3 +177,14 @@ def test_the_fallback_escapes_text_and_shows_whitespace():
     from teachspec.widgets.frames import Snapshot
     drawn = svg.plain_svg(Snapshot({"n0": view.snapshot().items["n0"], "n1": item}))
     assert "&lt;a&gt;␣&amp;↵" in drawn
+
+
+def test_a_token_with_control_characters_still_makes_a_well_formed_svg():
+    """A token's text may hold characters XML forbids even escaped (NUL, \\x02): the stills show them as U+FFFD."""
+    import xml.etree.ElementTree as ET
+
+    from teachspec.widgets.svg import escape
+
+    text = "a\x00b\x02<c>&\x7f\td"
+    ET.fromstring(f"<svg><text>{escape(text)}</text></svg>")
+    assert escape(text) == "a\ufffdb\ufffd&lt;c&gt;&amp;\ufffd\td"

@@ -5,11 +5,11 @@ re-records the lecture traces and the one that records the outputs nbval checks.
     from teachspec.course import pick_pair
     pair = pick_pair("tiny")                 # the first cell of every notebook
 
-    teachspec course my-course                                         # the course as students get it
-    teachspec course my-key --with-solutions                           # the instructor's copy, INSTRUCTORS.md
-    teachspec student notebooks/assignments/a1_acceptance_rule.ipynb   # -> the student version
-    teachspec grading nbgrader my-nbgrader                             # nbgrader's course folder (or: otter)
-    teachspec traces --out notebooks/traces                            # re-record the traces
+    teachspec course my-course                                            # the course as students get it
+    teachspec course my-key --with-solutions                              # the instructor's copy, INSTRUCTORS.md
+    teachspec student teachspec/course/sources/a1_acceptance_rule.ipynb   # -> the student version
+    teachspec grading nbgrader my-nbgrader                                # nbgrader's course folder (or: otter)
+    teachspec traces --out notebooks/traces                               # re-record the traces
     teachspec pin notebooks/05_radix_attention.ipynb                   # pinned outputs
 
 `pick_pair` loads on first use (PEP 562), so the tools that only handle files start without torch.

@@ -7,8 +7,11 @@ case failed, what was expected, what came back and the likely cause, instead of 
     check_radix(Radix)                         assignment 2: match / insert, LRU order, locks, cascading eviction
     check_choose_k(choose_k)                   assignment 3: the best draft length (Theorem 3.8)
     check_remove(remove)                       assignment 4: q with a rejected child removed
-    check_node_rule(node_rule)                 assignment 4: the multi-draft rule at one node
+    check_rank_acceptance(rank_acceptance)     assignment 4: h_r, the acceptance of each rank of children
     check_multi_draft_step(verify_node)        assignment 4: one sampled step at a node
+    check_dfs_order(dfs_order)                 assignment 5: the depth-first order, heaviest branch first
+    check_dynamic_tree(grow)                   assignment 6: EAGLE-2's greedy dynamic tree
+    check_tree_attention(tree_attention)       assignment 6: the mask and positions of the pass that checks it
 
 The judging is teachspec.course.grading's; the hidden tests run the same parts on more cases, from that file read
 afresh. A check called before the exercise is done (the function still raises NotImplementedError) says so and
@@ -20,10 +23,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from teachspec.course.grading import KINDS, NODE_BUGS, PARTS, CheckFailed, grade, reference_node_rule
+from teachspec.course.grading import KINDS, PARTS, CheckFailed, grade, reference_node_rule
 
-__all__ = ["KINDS", "NODE_BUGS", "PARTS", "CheckFailed", "check", "check_acceptance_rule", "check_choose_k",
-           "check_multi_draft_step", "check_node_rule", "check_radix", "check_remove", "reference_node_rule"]
+__all__ = ["KINDS", "PARTS", "CheckFailed", "check", "check_acceptance_rule", "check_choose_k", "check_dfs_order",
+           "check_dynamic_tree", "check_multi_draft_step", "check_radix", "check_rank_acceptance", "check_remove",
+           "check_tree_attention", "reference_node_rule"]
 
 
 def check(part: str, answer) -> None:
@@ -58,11 +62,27 @@ def check_remove(remove: Callable) -> None:
     check("a4.remove", remove)
 
 
-def check_node_rule(node_rule: Callable) -> None:
-    """node_rule(p, q, children, kind) -> (chances, final); the token leaving the node must follow p exactly."""
-    _parts("a4", node_rule, "siblings", "without_replacement", "final")
+def check_rank_acceptance(rank_acceptance: Callable) -> None:
+    """rank_acceptance(p, q, b, kind) -> [h_0, ..., h_(b-1)]: the chance that the child tried r-th is accepted,
+    given that the r before it were rejected."""
+    _parts("a4", rank_acceptance, "ranks_independent", "ranks_without_replacement")
 
 
 def check_multi_draft_step(verify_node: Callable) -> None:
     """verify_node(p, q, children, kind, generator) -> (index of the accepted child or None, token)."""
     _parts("a4", verify_node, "verify_node")
+
+
+def check_dfs_order(dfs_order: Callable) -> None:
+    """dfs_order(prompts) -> request indices in a depth-first order of their radix tree, heaviest branch first."""
+    _parts("a5", dfs_order, "dfs_subtrees", "dfs_heaviest")
+
+
+def check_dynamic_tree(grow: Callable) -> None:
+    """grow(draft, root, width, depth, nodes) -> (parents, tokens): EAGLE-2's greedy dynamic tree."""
+    _parts("a6", grow, "grow")
+
+
+def check_tree_attention(tree_attention: Callable) -> None:
+    """tree_attention(parents) -> (mask, positions): who each node attends to, and each node's position."""
+    _parts("a6", tree_attention, "mask", "positions")

@@ -1,4 +1,4 @@
-"""The graded parts of the four assignments, judged by code that trusts nothing the student's notebook can replace.
+"""The graded parts of the six assignments, judged by code that trusts nothing the student's notebook can replace.
 
 Each assignment is graded in parts, one property each, so that one bug costs its part and not the whole exercise:
 
@@ -14,14 +14,16 @@ on more cases, from this file read afresh, so that whatever the notebook replace
 Three rules make a part hold against a submission that tries to game it:
 
 - Its expected answers come from this file alone: small plain-Python references (it imports nothing from
-  teachspec), cases drawn from its own random numbers (`Draws`, SplitMix64), compared in plain Python.
-- It refuses an answer that hands the exercise to teachspec's own implementation of it (`FORBIDDEN`): it follows
-  what the answer can reach (its globals, closures, `__wrapped__`, methods and base classes) and compares every
-  function it finds with the library's code compiled afresh from its files, and while the answer runs, the
+  teachspec; tests/test_assignments.py checks each against the library's own implementation), cases drawn from its
+  own random numbers (`Draws`, SplitMix64), compared in plain Python.
+- It refuses an answer that hands the exercise to teachspec's own implementation of it (`Part.forbidden`): it
+  follows what the answer can reach (its globals, closures, `__wrapped__`, methods and base classes) and compares
+  every function it finds with the library's code compiled afresh from its files, and while the answer runs, the
   library's functions raise instead of answering.
 - It grades one thing. The other exercises an answer calls (`speculative_step` calls `residual`, `choose_k` calls
-  `expected_speedup`, `verify_node` calls `node_rule`) are replaced by correct ones while it is graded, and a part
-  that judges one step of a rule takes the student's other steps as they are.
+  `expected_speedup`, `rank_acceptance` calls `remove`, `best_hit_rate` calls `reused`, `grow` calls `confidence`
+  and `rerank`) are replaced by correct ones while it is graded (`STAND_INS`), and a part that judges one step of
+  a rule takes the student's other steps as they are.
 
 What no test inside the student's kernel can stop: code that rewrites Python itself there (the import system,
 builtins, IPython's display of errors) or the installed files. Grade in a sandbox where teachspec is read-only
@@ -594,7 +596,6 @@ def a3_choose_k(choose_k, draws: Draws, hidden: bool) -> None:
 # -- a4: the multi-draft rule ------------------------------------------------------------------------------------
 
 KINDS = ("independent", "without_replacement")
-NODE_BUGS = ("no residual between siblings", "rejected token left in q", "last token from p, not the residual")
 
 
 def without(q: list[float], x: int) -> list[float]:
@@ -602,15 +603,13 @@ def without(q: list[float], x: int) -> list[float]:
     return [v / sum(kept) for v in kept] if sum(kept) > 0 else kept
 
 
-def chain(p, q, children, kind, update_p: bool = True, update_q: bool = True):
-    """The chances and the final p' of the rule at one node, in plain floats; update_p / update_q off give the
-    classic bugs' versions."""
+def chain(p, q, children, kind):
+    """The chances and the final p' of the rule at one node, in plain floats."""
     target, proposal, chances = list(p), list(q), []
     for x in children:
         chances.append(min(1.0, target[x] / proposal[x]) if proposal[x] > 0 else 0.0)
-        if update_p:
-            target = residual_of(target, proposal)
-        if kind == "without_replacement" and update_q:
+        target = residual_of(target, proposal)
+        if kind == "without_replacement":
             proposal = without(proposal, x)
     return chances, target
 
@@ -622,22 +621,18 @@ def torch_remove(q: torch.Tensor, x: int) -> torch.Tensor:
     return kept / kept.sum() if kept.sum() > 0 else kept
 
 
-def reference_node_rule(bug: str | None = None):
+def reference_node_rule():
     """The rule at one node on tensors, as teachspec.speculative.tree.verify_children computes it (a test checks
-    that), with one of NODE_BUGS switched on (None: no bug). Returns node_rule(p, q, children, kind) ->
-    (chances, final)."""
-    if bug is not None and bug not in NODE_BUGS:
-        raise ValueError(f"bug must be None or one of {NODE_BUGS}, got {bug!r}")
-
+    that): node_rule(p, q, children, kind) -> (chances, final), the stand-in for the notebook's node_rule while
+    verify_node is graded."""
     def node_rule(p, q, children, kind):
         target, proposal, chances = p.double(), q.double(), []
         for x in children:
             chances.append(min(1.0, float(target[x] / proposal[x])) if proposal[x] > 0 else 0.0)
-            if bug != "no residual between siblings":
-                target = torch_residual(target, proposal)
-            if kind == "without_replacement" and bug != "rejected token left in q":
+            target = torch_residual(target, proposal)
+            if kind == "without_replacement":
                 proposal = torch_remove(proposal, x)
-        return chances, (p.double() if bug == "last token from p, not the residual" else target)
+        return chances, target
 
     return node_rule
 
@@ -661,95 +656,105 @@ def a4_remove(remove, draws: Draws, hidden: bool) -> None:
         fail(f"remove(q={fmt(q)}, x={x}): expected {fmt(want)}, got {fmt(got)}.", cause)
 
 
-def node_cases(draws: Draws, kind: str, n: int) -> list[tuple[list[float], list[float], list[int]]]:
-    """Small nodes, with zeros, their children drawn from q as a draft of this kind would draw them."""
-    fixed = [([0.5, 1 / 3, 1 / 6], [0.25, 0.25, 0.5]), ([0.4, 0.35, 0.25], [0.2, 0.3, 0.5]),
-             ([0.0, 0.7, 0.3, 0.0], [0.4, 0.1, 0.2, 0.3]), ([0.1, 0.6, 0.3], [0.5, 0.5, 0.0])]
+def ranks_of(p: list[float], q: list[float], b: int, kind: str, update_p: bool = True, update_q: bool = True,
+             conditioned: bool = True, divided: bool = True) -> list[float]:
+    """h_r for the ranks r = 0 .. b-1 of a node: the chance that the child tried r-th is accepted, given that the r
+    children before it were rejected, averaged over the children the draft can draw. The flags switched off give
+    the classic bugs' numbers: p' never updated, q' never losing the rejected token, draws weighed without their
+    chance of being rejected, and the joint chance left undivided by the chance of reaching the rank."""
+    states, h = [(1.0, list(p), list(q))], []  # (chance of this history, p', q') over the histories reaching rank r
+    for _ in range(b):
+        reach, accepted, grown = sum(w for w, _, _ in states), 0.0, []
+        for w, target, proposal in states:
+            for x, q_x in enumerate(proposal):
+                if q_x <= 0:
+                    continue
+                chance = min(1.0, target[x] / q_x)
+                accepted += w * q_x * chance
+                if chance < 1 or not conditioned:
+                    nxt_p = residual_of(target, proposal) if update_p else target
+                    nxt_q = without(proposal, x) if kind == "without_replacement" and update_q else proposal
+                    grown.append((w * q_x * ((1 - chance) if conditioned else 1.0), nxt_p, nxt_q))
+        h.append((accepted / reach if divided else accepted) if reach > 0 else 0.0)
+        states = grown
+    return h
+
+
+def rank_cases(draws: Draws, n: int) -> list[tuple[list[float], list[float], int]]:
+    """Small nodes, with zeros in p and q, and 2 to 4 children."""
+    fixed = [([0.5, 1 / 3, 1 / 6], [0.25, 0.25, 0.5], 2), ([0.4, 0.35, 0.25], [0.2, 0.3, 0.5], 2),
+             ([0.0, 0.7, 0.3, 0.0], [0.4, 0.1, 0.2, 0.3], 3), ([0.1, 0.6, 0.3], [0.5, 0.5, 0.0], 3),
+             ([0.3, 0.3, 0.4], [0.3, 0.3, 0.4], 2)]  # q = p: every first child is accepted, rank 1 never reached
     cases = []
-    for i in range(len(fixed) + n):
-        if i < len(fixed):
-            p, q = fixed[i]
-        else:
-            vocab = 3 + draws.below(3)
-            p, q = draws.distribution(vocab, draws.below(vocab - 1)), draws.distribution(vocab, draws.below(2))
-        b = min(2 + draws.below(2), sum(v > 0 for v in q)) if kind == "without_replacement" else 2 + draws.below(2)
-        children, left = [], list(q)
-        for _ in range(b):
-            x = draws.pick(left)
-            children.append(x)
-            if kind == "without_replacement":
-                left = [0.0 if y == x else v for y, v in enumerate(left)]
-        cases.append((p, q, children))
-    return cases
+    for _ in range(n):
+        vocab = 3 + draws.below(3)
+        cases.append((draws.distribution(vocab, draws.below(vocab - 1)), draws.distribution(vocab, draws.below(2)),
+                      2 + draws.below(3)))
+    return fixed + cases
 
 
-def node_call(node_rule, p, q, children, kind):
+def ranks_call(rank_acceptance, p, q, b, kind):
     given_p, given_q = torch.tensor(p, dtype=torch.float64), torch.tensor(q, dtype=torch.float64)
-    where = f"node_rule(p={fmt(p)}, q={fmt(q)}, children={children}, kind={kind!r})"
-    out = written("node_rule", call("node_rule", node_rule, given_p, given_q, list(children), kind))
+    where = f"rank_acceptance(p={fmt(p)}, q={fmt(q)}, b={b}, kind={kind!r})"
+    got = floats(call("rank_acceptance", rank_acceptance, given_p, given_q, b, kind), "rank_acceptance")
     if given_p.tolist() != list(p) or given_q.tolist() != list(q):
         fail(f"{where} changed p or q in place: work on copies (q.clone(), or p' = residual(...), which makes a new "
              f"tensor); the caller still needs them.")
-    if not isinstance(out, (tuple, list)) or len(out) != 2:
-        fail(f"{where} must return (chances, final), got {out!r}.")
-    chances = floats(out[0], "node_rule's chances")
-    if len(chances) != len(children):
-        fail(f"{where} returned {len(chances)} chances for {len(children)} children: one per child, in the order "
-             f"tried.")
-    return where, chances, floats(out[1], "node_rule's final")
+    if len(got) != b:
+        fail(f"{where} returned {len(got)} numbers: one per rank, h_0 .. h_(b-1), {b} in all.")
+    return where, got
 
 
 def same(a: list[float], b: list[float]) -> bool:
     return len(a) == len(b) and all(close(x, y, 1e-9) for x, y in zip(a, b))
 
 
-def a4_siblings(node_rule, draws: Draws, hidden: bool) -> None:
-    for p, q, children in node_cases(draws, "independent", 60 if hidden else 12):
-        where, chances, _ = node_call(node_rule, p, q, children, "independent")
-        want, _ = chain(p, q, children, "independent")
-        if not same(chances, want):
-            named = ("That is what p gives every child: after each rejected child, p' must become the residual "
-                     "norm(max(0, p' - q')), so that the next sibling is judged by the mass the rejected one had no "
-                     "chance at. Otherwise that mass is offered twice."
-                     if same(chances, chain(p, q, children, "independent", update_p=False)[0]) else "")
-            fail(f"{where} (children drawn independently): expected chances {fmt(want)}, got {fmt(chances)}. Child "
-                 f"j's chance is min(1, p'(x_j) / q'(x_j)) given the earlier children were rejected.", named)
+def unconditional(h: list[float]) -> list[float]:
+    """The chance that rank r is the child accepted: h_r with the chance of reaching it, (1 - h_0) ... h_r."""
+    out, reach = [], 1.0
+    for x in h:
+        out.append(reach * x)
+        reach *= 1 - x
+    return out
 
 
-def a4_without_replacement(node_rule, draws: Draws, hidden: bool) -> None:
-    """Judges q' alone: the chances must follow q' with each rejected child removed, whether or not p' was
-    updated (a missing residual is the siblings part's to charge)."""
-    for p, q, children in node_cases(draws, "without_replacement", 60 if hidden else 12):
-        where, chances, _ = node_call(node_rule, p, q, children, "without_replacement")
-        right = chain(p, q, children, "without_replacement")[0]
-        if same(chances, right) or same(chances, chain(p, q, children, "without_replacement", update_p=False)[0]):
+def a4_ranks_independent(rank_acceptance, draws: Draws, hidden: bool) -> None:
+    """Judges p', the residual after each rejection, taking the student's weighing of the histories as it is (the
+    without-replacement part judges that; drawn independently it shows only where rank r is never reached)."""
+    for p, q, b in rank_cases(draws, 60 if hidden else 12):
+        where, got = ranks_call(rank_acceptance, p, q, b, "independent")
+        want = ranks_of(p, q, b, "independent")
+        if same(got, want) or same(got, ranks_of(p, q, b, "independent", conditioned=False)):
+            continue  # how the histories are weighed is the without-replacement part's to judge
+        named = ("That is what p gives every rank: after each rejected child, p' must become the residual "
+                 "norm(max(0, p' - q')), the mass the rejected children had no chance at."
+                 if same(got, ranks_of(p, q, b, "independent", update_p=False)) else
+                 "That is the chance that the child of rank r is the one accepted, (1 - h_0) ... (1 - h_(r-1)) h_r: "
+                 "h_r is conditional on reaching rank r, so divide by the chance that the r children before it "
+                 "were all rejected." if same(got, unconditional(want)) else "")
+        fail(f"{where} (children drawn independently): expected {fmt(want)}, got {fmt(got)}. The child of rank r "
+             f"is drawn from q and judged by p' after the r rejections before it.", named)
+
+
+def a4_ranks_without_replacement(rank_acceptance, draws: Draws, hidden: bool) -> None:
+    """Judges the conditioning on which children were rejected, taking the student's p' as it is (a missing
+    residual is the independent part's to charge)."""
+    for p, q, b in rank_cases(draws, 60 if hidden else 12):
+        where, got = ranks_call(rank_acceptance, p, q, b, "without_replacement")
+        want = ranks_of(p, q, b, "without_replacement")
+        if same(got, want) or same(got, ranks_of(p, q, b, "without_replacement", update_p=False)):
             continue
-        left_in = any(same(chances, chain(p, q, children, "without_replacement", update_p=u, update_q=False)[0])
-                      for u in (True, False))
-        named = ("That is what q gives every child: children drawn without replacement were drawn from q with the "
-                 "earlier ones removed, so after a rejection q' must become norm(q' without that token), the "
-                 "distribution the next child really came from." if left_in else "")
-        fail(f"{where}: expected chances {fmt(right)}, got {fmt(chances)}. After each rejected child, q' loses that "
-             f"token (renormalised) and p' becomes the residual.", named)
-
-
-def a4_final(node_rule, draws: Draws, hidden: bool) -> None:
-    """Judges the distribution of the token emitted when every child is rejected: the last p' of the chain the
-    student's chances follow (the correct one, or p itself when p' is never updated, which the siblings part
-    charges)."""
-    cases = [c for c in node_cases(draws, "independent", 200 if hidden else 40)
-             if not same(chain(*c, "independent")[0], chain(*c, "independent", update_p=False)[0])]
-    for p, q, children in cases[:60 if hidden else 12]:  # cases whose chances tell which chain was followed
-        right, stale = chain(p, q, children, "independent"), chain(p, q, children, "independent", update_p=False)
-        where, chances, final = node_call(node_rule, p, q, children, "independent")
-        want = stale[1] if same(chances, stale[0]) else right[1]
-        if same(final, want):
-            continue
-        named = ("That is p itself: when every child is rejected, the token comes from the last residual p', "
-                 "which has taken out the mass every rejected child already had its chance at."
-                 if same(final, list(p)) else "")
-        fail(f"{where}: every child rejected, the token must be drawn from the last p', expected final "
-             f"{fmt(want)}, got {fmt(final)}.", named)
+        named = ("That is h for children drawn independently: drawn without replacement, the child of rank r came "
+                 "from q without the r tokens rejected before it, renormalised, and is judged by that q'."
+                 if same(got, ranks_of(p, q, b, "independent")) else
+                 "That weighs each earlier draw by its chance of being drawn only: h_r is conditional on the "
+                 "earlier children being REJECTED, so weigh each history by the chance that it was drawn and "
+                 "rejected, q'(x) (1 - min(1, p'(x) / q'(x))), and divide by their sum."
+                 if same(got, ranks_of(p, q, b, "without_replacement", conditioned=False)) else
+                 "That is the chance that the child of rank r is the one accepted: divide by the chance of "
+                 "reaching rank r." if same(got, unconditional(want)) else "")
+        fail(f"{where}: expected {fmt(want)}, got {fmt(got)}. Average min(1, p'(x) / q'(x)) over the children "
+             f"that can be drawn at rank r, each history weighed by its chance given the earlier rejections.", named)
 
 
 def node_law(p, q, b, kind, final_from_p: bool = False) -> list[float]:
@@ -808,6 +813,529 @@ def a4_verify_node(verify_node, draws: Draws, hidden: bool) -> None:
                  f"and some must reject both (accept child j iff u_j < chances[j]).")
 
 
+# -- a5: scheduling for cache hits -------------------------------------------------------------------------------
+
+def common(a, b) -> int:
+    """How many leading tokens two sequences share."""
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def reuse_of(prompts, run_order, cap: bool = True, previous_only: bool = False) -> list[int]:
+    """cached[i]: the prompt tokens request i serves from a cache that keeps everything, run in `run_order`: its
+    longest shared prefix with a request run before it, at most len - 1 (the last token always runs). `cap` off and
+    `previous_only` on give two classic bugs' numbers."""
+    cached, before = [0] * len(prompts), []
+    for i in run_order:
+        earlier = before[-1:] if previous_only else before
+        best = max((common(prompts[i], s) for s in earlier), default=0)
+        cached[i] = min(best, len(prompts[i]) - 1) if cap else best
+        before.append(prompts[i])
+    return cached
+
+
+def lpm_of(prompts, cache, cut: bool = True, latest_first: bool = False) -> list[int]:
+    """SGLang's longest-prefix-match order, one decision: by the longest match of prompt[:-1] among the cached
+    sequences, longest first, ties by arrival."""
+    match = [max((common(p[:-1] if cut else p, s) for s in cache), default=0) for p in prompts]
+    return sorted(range(len(prompts)), key=lambda i: (-match[i], -i if latest_first else i))
+
+
+def trie_groups(prompts) -> list[tuple[tuple, list[int], list[list[int]]]]:
+    """The nodes of the radix tree of the prompts, top down: (the node's prefix, the requests whose prompt ends
+    there, in arrival order, the requests under each child, each child's in arrival order, in token order)."""
+    out, todo = [], [list(range(len(prompts)))] if prompts else []
+    while todo:
+        group = todo.pop()
+        depth = min(common(prompts[group[0]], prompts[i]) for i in group)
+        children: dict[int, list[int]] = {}
+        for i in group:
+            if len(prompts[i]) > depth:
+                children.setdefault(prompts[i][depth], []).append(i)
+        kids = [children[x] for x in sorted(children)]
+        out.append((tuple(prompts[group[0]][:depth]), [i for i in group if len(prompts[i]) == depth], kids))
+        todo += kids
+    return out
+
+
+def dfs_of(prompts, heaviest: bool = True, own_first: bool = True) -> list[int]:
+    """The depth-first order over the radix tree of the prompts: a node's own requests first (in arrival order),
+    then its children, heaviest first (the most requests below), ties by the earliest arrival in them. `heaviest`
+    off visits them in token order (sorted order); `own_first` off puts a node's own requests after its children."""
+    groups = {prefix: (own, kids) for prefix, own, kids in trie_groups(prompts)}
+
+    def visit(members):
+        depth = min(common(prompts[members[0]], prompts[i]) for i in members)
+        own, kids = groups[tuple(prompts[members[0]][:depth])]
+        if heaviest:
+            kids = sorted(kids, key=lambda g: (-len(g), g[0]))
+        below = [i for g in kids for i in visit(g)]
+        return own + below if own_first else below + own
+
+    return visit(list(range(len(prompts)))) if prompts else []
+
+
+def best_of(prompts, cap: bool = True) -> float:
+    """The best hit rate any order reaches (each distinct prefix computed once): sorted order's reuse."""
+    seqs = sorted(tuple(p) for p in prompts)
+    hit = sum(min(common(a, b), len(b) - 1) if cap else common(a, b) for a, b in zip(seqs, seqs[1:]))
+    return hit / sum(map(len, seqs))
+
+
+def queue(draws: Draws, n: int) -> list[tuple[int, ...]]:
+    """A waiting queue: requests from a few groups that share a stem (a system prompt, the examples of a few-shot
+    prompt), branches inside the groups, exact repeats, prompts that are prefixes of others; in arrival order,
+    shuffled."""
+    stems = [tuple(draws.below(4) for _ in range(1 + draws.below(4))) for _ in range(1 + draws.below(3))]
+    out: list[tuple[int, ...]] = []
+    while len(out) < n:
+        roll = draws.uniform()
+        if out and roll < 0.15:
+            out.append(out[draws.below(len(out))])  # the same prompt again
+        elif out and roll < 0.3:
+            s = out[draws.below(len(out))]
+            out.append(s[:1 + draws.below(len(s))])  # a prefix of one already waiting
+        else:
+            out.append(stems[draws.below(len(stems))] + tuple(draws.below(3) for _ in range(1 + draws.below(4))))
+    return draws.shuffled(out)
+
+
+def lists(prompts) -> list[list[int]]:
+    """Fresh copies for the student's code: what it changes is not what the check reads."""
+    return [list(p) for p in prompts]
+
+
+def indices(out, what: str, n: int) -> list[int]:
+    """A returned order: every request index 0 .. n-1 exactly once."""
+    written(what, out)
+    try:
+        out = [int(i) for i in out]
+    except (TypeError, ValueError):
+        fail(f"{what} must return a list of request indices, got {out!r}")
+    if sorted(out) != list(range(n)):
+        fail(f"{what} returned {out}: it must list every request index 0 .. {n - 1} exactly once, in the order the "
+             f"requests run.")
+    return out
+
+
+def show(prompts) -> str:
+    return "[" + ", ".join(f"{i}: {tuple(p)}" for i, p in enumerate(prompts)) + "]"
+
+
+def a5_reused(reused, draws: Draws, hidden: bool) -> None:
+    cases = [([(1, 2, 3), (1, 2, 4), (1, 2, 3)], [0, 1, 2]), ([(5, 6, 7, 8), (5, 6), (9,)], [1, 0, 2]),
+             ([(1, 2, 3), (7, 7), (1, 2, 3, 4)], [0, 1, 2])]
+    for _ in range(80 if hidden else 15):
+        prompts = queue(draws, 2 + draws.below(8))
+        cases.append((prompts, draws.shuffled(range(len(prompts)))))
+    for prompts, run_order in cases:
+        where = f"reused(prompts={show(prompts)}, order={run_order})"
+        got = written("reused", call("reused", reused, lists(prompts), list(run_order)))
+        try:
+            got = [int(x) for x in got]
+        except (TypeError, ValueError):
+            fail(f"{where} must return a list of ints, one per request, got {got!r}")
+        want = reuse_of(prompts, run_order)
+        if got == want:
+            continue
+        cause = ("That counts a request's last token as served: it always runs through the model, because its "
+                 "logits sample the first new token. Cap each match at len(prompt) - 1."
+                 if got == reuse_of(prompts, run_order, cap=False) else
+                 "That is the prefix shared with the request run just before it only: a cache that keeps "
+                 "everything serves the longest prefix shared with ANY request run earlier."
+                 if got == reuse_of(prompts, run_order, previous_only=True) else
+                 "That is indexed by turn: cached[i] must be request i's, whatever its turn in the order."
+                 if got == [want[i] for i in run_order] else "")
+        fail(f"{where}: expected {want}, got {got}. A request serves the longest prefix its prompt shares with a "
+             f"prompt run before it, at most len(prompt) - 1 tokens.", cause)
+
+
+def a5_lpm(lpm_order, draws: Draws, hidden: bool) -> None:
+    cases = [([(5, 6, 7), (8, 9, 1, 2)], [(5, 6, 7), (8, 9, 1)]),  # whole prompts tie; prompt[:-1] ranks 1 first
+             ([(1, 2, 3), (1, 2), (4, 5, 6)], [(1, 2, 3)]),
+             ([(7, 1), (3, 4, 5), (7, 2), (3, 4, 9)], [(3, 4, 5, 6), (7,)]), ([(1,), (2,), (3,)], [(1, 2, 3)])]
+    for _ in range(80 if hidden else 15):
+        prompts = queue(draws, 2 + draws.below(7))
+        cache = [p + tuple(draws.below(3) for _ in range(draws.below(3))) for p in queue(draws, 1 + draws.below(3))]
+        cases.append((prompts, cache))
+    for prompts, cache in cases:
+        where = f"lpm_order(prompts={show(prompts)}, cache={[tuple(s) for s in cache]})"
+        got = indices(call("lpm_order", lpm_order, lists(prompts), lists(cache)), "lpm_order", len(prompts))
+        want = lpm_of(prompts, cache)
+        if got == want:
+            continue
+        matches = [max((common(p[:-1], s) for s in cache), default=0) for p in prompts]
+        cause = ("That ranks by the match of the whole prompt: its last token is never served from the cache, so "
+                 "rank by the match of prompt[:-1]." if got == lpm_of(prompts, cache, cut=False) else
+                 "That breaks ties by the latest arrival: equal matches run in arrival order (sort by (-match, i))."
+                 if got == lpm_of(prompts, cache, latest_first=True) else
+                 "That is the shortest match first: lpm runs the longest first." if got == sorted(
+                     range(len(prompts)), key=lambda i: (matches[i], i)) else "")
+        fail(f"{where}: expected {want}, got {got}; the matches of prompt[:-1] are {matches}. lpm runs the longest "
+             f"match first, ties by arrival.", cause)
+
+
+def subtrees_broken(prompts, run_order) -> str:
+    """Why an order is not a depth-first order of the prompts' radix tree, or "" when it is."""
+    turn = {i: t for t, i in enumerate(run_order)}
+    for prefix, own, kids in trie_groups(prompts):
+        members = sorted(own + [i for g in kids for i in g], key=turn.get)
+        turns = [turn[i] for i in members]
+        if turns[-1] - turns[0] + 1 != len(members):
+            intruder = next(run_order[t] for t in range(turns[0], turns[-1]) if run_order[t] not in members)
+            return (f"requests {sorted(members)} share the prefix {prefix} but run at turns {turns}, with request "
+                    f"{intruder} ({tuple(prompts[intruder])}) in between: a depth-first order finishes a subtree "
+                    f"before it leaves it, so those requests run back to back.")
+        late = [i for i in own if any(turn[j] < turn[i] for g in kids for j in g)]
+        if late:
+            return (f"request {late[0]} ({tuple(prompts[late[0]])}) runs after a longer prompt that extends it: a "
+                    f"prompt that ends at a node runs before the prompts below it, which then reuse all of it (run "
+                    f"the other way round, the shorter one recomputes its last token).")
+    return ""
+
+
+def a5_dfs_subtrees(dfs_order, draws: Draws, hidden: bool) -> None:
+    cases = [[(1, 2, 3), (4, 5), (1, 2, 6), (4, 5, 7), (1, 2)], [(3,), (3, 1), (3, 1), (2, 2)]]
+    cases += [queue(draws, 3 + draws.below(10)) for _ in range(80 if hidden else 15)]
+    for prompts in cases:
+        got = indices(call("dfs_order", dfs_order, lists(prompts)), "dfs_order", len(prompts))
+        why = subtrees_broken(prompts, got)
+        if not why:
+            continue
+        cause = ("That is arrival order (fcfs)." if got == list(range(len(prompts))) else
+                 "That puts a node's own requests after its children's: run them first."
+                 if got == dfs_of(prompts, own_first=False) else "")
+        fail(f"dfs_order(prompts={show(prompts)}) returned {got}, which is not a depth-first order of their radix "
+             f"tree: {why}", cause)
+
+
+def a5_dfs_heaviest(dfs_order, draws: Draws, hidden: bool) -> None:
+    """Judges the choice among a node's branches: heaviest first, ties by the earliest arrival (by the turn each
+    branch's first request runs, so that an order that is not depth-first still gets a verdict on this)."""
+    cases = [[(1, 2, 3), (4, 5), (1, 2, 6), (4, 5, 7), (1, 2, 8)], [(2, 1), (1, 1), (1, 2), (2, 2), (9,)]]
+    cases += [queue(draws, 3 + draws.below(10)) for _ in range(80 if hidden else 15)]
+    for prompts in cases:
+        got = indices(call("dfs_order", dfs_order, lists(prompts)), "dfs_order", len(prompts))
+        turn = {i: t for t, i in enumerate(got)}
+        for prefix, own, kids in trie_groups(prompts):
+            if sorted(own, key=turn.get) != own:
+                fail(f"dfs_order(prompts={show(prompts)}) returned {got}: requests {own} have the same prompt "
+                     f"{tuple(prompts[own[0]])} and must run in arrival order, but run as "
+                     f"{sorted(own, key=turn.get)}.")
+            ranked = sorted(kids, key=lambda g: (-len(g), g[0]))
+            seen = sorted(kids, key=lambda g: min(turn[i] for i in g))
+            if seen == ranked:
+                continue
+            cause = ("That visits the branches in token order (sorted order): a depth-first order, but SGLang's "
+                     "visits the heaviest branch first." if got == dfs_of(prompts, heaviest=False) else
+                     "That visits the lightest branch first." if seen == sorted(kids, key=lambda g: (len(g), g[0]))
+                     else "")
+            fail(f"dfs_order(prompts={show(prompts)}) returned {got}. Below the prefix {prefix} the branches hold "
+                 f"the requests {[sorted(g) for g in kids]}; they must be visited heaviest first (the most "
+                 f"requests), ties by the earliest arrival: {[sorted(g) for g in ranked]}, but your order visits "
+                 f"them as {[sorted(g) for g in seen]}.", cause)
+
+
+def a5_best(best_hit_rate, draws: Draws, hidden: bool) -> None:
+    cases = [[(1, 2, 3), (1, 2, 3)], [(1, 2), (1, 2, 3, 4)], [(4, 5, 6), (4, 5, 7), (8, 9)], [(3,)]]
+    cases += [queue(draws, 1 + draws.below(10)) for _ in range(80 if hidden else 15)]
+    for prompts in cases:
+        where = f"best_hit_rate(prompts={show(prompts)})"
+        got = floats(call("best_hit_rate", best_hit_rate, lists(prompts)), "best_hit_rate")
+        if len(got) != 1:
+            fail(f"{where} must return one number, the hit rate, got {fmt(got)}.")
+        got, want = got[0], best_of(prompts)
+        if close(got, want):
+            continue
+        total = sum(map(len, prompts))
+        arrival = sum(reuse_of(prompts, range(len(prompts)))) / total
+        cause = ("That counts a last token as served: each request runs its last token (cap every match at "
+                 "len - 1), so n copies of one prompt compute that token n times." if close(got, best_of(
+                     prompts, cap=False)) else
+                 "That is a number of tokens: a hit rate divides by all prompt tokens." if close(
+                     got, want * total) else
+                 "That is the hit rate of arrival order: the best order is one where every distinct prefix is "
+                 "computed once (a depth-first or sorted order)." if close(got, arrival) and not close(arrival, want)
+                 else "")
+        fail(f"{where}: expected {want:.6g}, got {got:.6g}. Every distinct prefix must be computed once, and every "
+             f"request computes its own last token.", cause)
+
+
+# -- a6: EAGLE-2's dynamic tree and the pass that checks it ------------------------------------------------------
+
+def confidence_of(draft, path) -> float:
+    """The product of the draft's probabilities along a path of guesses below the root."""
+    out = 1.0
+    for d in range(len(path)):
+        out *= draft[tuple(path[:d])][path[d]]
+    return out
+
+
+def likeliest(probs, width: int) -> list[int]:
+    """The `width` likeliest tokens, likeliest first, ties to the lower token id."""
+    return sorted(range(len(probs)), key=lambda x: (-probs[x], x))[:width]
+
+
+def drawn_tree(draft, root: int, width: int, depth: int, rank: str = "confidence", expand: str = "level"):
+    """Every guess EAGLE-2's greedy growth draws, in the order drawn: (parents, tokens, confidence), the root
+    first. Each level gives every node it expands its `width` likeliest tokens; the next level expands the `width`
+    most confident guesses of the level just drawn, ties to the one drawn first. `rank` "last" ranks them by the
+    last token's probability alone, `expand` "all" picks among every guess not yet expanded, and "every" expands
+    the whole level: three classic bugs."""
+    parents, tokens, conf, paths, frontier, expanded = [-1], [root], [1.0], [()], [0], {0}
+    for d in range(depth):
+        first = len(tokens)
+        for node in frontier:
+            probs = draft[paths[node]]
+            for x in likeliest(probs, width):
+                parents.append(node)
+                tokens.append(x)
+                paths.append(paths[node] + (x,))
+                conf.append(conf[node] * probs[x])
+        if d + 1 == depth:
+            break
+        pool = range(first, len(tokens)) if expand != "all" else [i for i in range(1, len(tokens)) if i not in
+                                                                   expanded]
+        score = conf if rank == "confidence" else [draft[paths[parents[i]]][tokens[i]] if i else 1.0
+                                                   for i in range(len(tokens))]
+        frontier = sorted(pool) if expand == "every" else sorted(sorted(pool, key=lambda i: -score[i])[:width])
+        expanded |= set(frontier)
+    return parents, tokens, conf
+
+
+def rerank_of(parents, tokens, conf, nodes: int, later_first: bool = False, renumber: bool = True,
+              remap: bool = True):
+    """The root and the `nodes` most confident guesses, ties to the one drawn first, numbered in their old order:
+    (parents, tokens). The flags give the classic bugs: ties to the later one, the kept numbered by confidence,
+    the parents left with their old numbers."""
+    ranked = sorted(range(1, len(parents)), key=lambda i: (-conf[i], -i if later_first else i))[:nodes]
+    kept = [0] + (sorted(ranked) if renumber else ranked)
+    new = {old: n for n, old in enumerate(kept)}
+    return ([-1] + [new.get(parents[i], -2) if remap else parents[i] for i in kept[1:]],
+            [tokens[i] for i in kept])
+
+
+def grow_of(draft, root, width, depth, nodes, **bug) -> tuple[list[int], list[int]]:
+    return rerank_of(*drawn_tree(draft, root, width, depth, **bug), nodes)
+
+
+def draft_table(draws: Draws, vocab: int, depth: int) -> dict[tuple, list[float]]:
+    """A draft's distribution after every path of fewer than `depth` guesses: some rows confident, some spread."""
+    table, level = {}, [()]
+    for _ in range(depth):
+        for path in level:
+            sharp = draws.uniform() < 0.5
+            w = [(draws.uniform() ** (4 if sharp else 1)) + 0.01 for _ in range(vocab)]
+            table[path] = [v / sum(w) for v in w]
+        level = [path + (x,) for path in level for x in range(vocab)]
+    return table
+
+
+def random_tree(draws: Draws, n: int) -> list[int]:
+    """parents of a random tree of n nodes, each parent numbered before its child."""
+    return [-1] + [draws.below(i) for i in range(1, n)]
+
+
+def path_to(parents, tokens, i) -> tuple:
+    out = []
+    while i > 0:
+        out.append(tokens[i])
+        i = parents[i]
+    return tuple(reversed(out))
+
+
+def tree_lists(out, what: str) -> tuple[list[int], list[int]]:
+    """A returned (parents, tokens) as two lists of ints."""
+    written(what, out)
+    try:
+        parents, tokens = out
+        return [int(x) for x in parents], [int(x) for x in tokens]
+    except (TypeError, ValueError):
+        fail(f"{what} must return (parents, tokens), two lists of ints, got {out!r}")
+
+
+def is_tree(parents, tokens) -> bool:
+    """One parent and one token per node, node 0 the root, every other node's parent numbered before it."""
+    return len(parents) == len(tokens) > 0 and parents[0] == -1 and all(0 <= parents[i] < i
+                                                                         for i in range(1, len(parents)))
+
+
+def not_a_tree(what: str, parents, tokens) -> str:
+    return (f"{what} returned parents {parents} and tokens {tokens}, which is not a tree numbered parents first: "
+            f"one parent and one token per node, node 0 the root (parent -1), every other node's parent numbered "
+            f"before it.")
+
+
+def a6_confidence(confidence, draws: Draws, hidden: bool) -> None:
+    for r in range(40 if hidden else 10):
+        vocab, depth = 3 + draws.below(3), 1 + draws.below(4)
+        draft = draft_table(draws, vocab, depth)
+        for path in [()] + [tuple(draws.below(vocab) for _ in range(1 + draws.below(depth))) for _ in range(3)]:
+            got = floats(call("confidence", confidence, draft, path), "confidence")
+            want = confidence_of(draft, path)
+            if len(got) == 1 and close(got[0], want):
+                continue
+            steps = [draft[path[:d]][path[d]] for d in range(len(path))]
+            cause = ("That is the last guess's own probability: a guess is kept only if the whole path to it is "
+                     "accepted, so multiply the probabilities along the path." if path and len(got) == 1 and close(
+                         got[0], steps[-1]) else
+                     "That is the sum of the probabilities along the path: the chance that all of them come true is "
+                     "their product." if len(got) == 1 and close(got[0], sum(steps)) else
+                     "The root's confidence (the empty path) is 1: it is the committed token." if not path else "")
+            fail(f"confidence(draft, path={path}): expected {want:.6g}, the product of the draft's probabilities "
+                 f"along the path {fmt(steps)}; got {fmt(got)}.", cause)
+
+
+def a6_rerank(rerank, draws: Draws, hidden: bool) -> None:
+    cases = [([-1, 0, 0, 1, 3], [9, 4, 2, 7, 1], [1.0, 0.6, 0.3, 0.6, 0.2], 1),  # node 3 ties its parent, node 1
+             ([-1, 0, 0, 1, 3], [9, 4, 2, 7, 1], [1.0, 0.6, 0.3, 0.6, 0.2], 3),
+             ([-1, 0, 1, 0], [0, 1, 2, 3], [1.0, 0.5, 0.25, 0.4], 2)]
+    for _ in range(60 if hidden else 12):
+        if draws.uniform() < 0.5:  # a tree the growth draws, from a draft that is sometimes certain (ties)
+            vocab, width, depth = 3 + draws.below(3), 1 + draws.below(3), 1 + draws.below(4)
+            draft = draft_table(draws, vocab, depth)
+            for path in draft:
+                if draws.uniform() < 0.2:  # certain here: its likeliest child ties it, the others are 0
+                    hot = draws.below(vocab)
+                    draft[path] = [1.0 if x == hot else 0.0 for x in range(vocab)]
+            parents, tokens, conf = drawn_tree(draft, draws.below(9), width, depth)
+        else:  # any tree whose confidence never grows down a path, with ties
+            parents = random_tree(draws, 2 + draws.below(10))
+            tokens = [draws.below(9) for _ in parents]
+            conf = [1.0]
+            for i in range(1, len(parents)):
+                conf.append(conf[parents[i]] * (1.0 if draws.uniform() < 0.2 else draws.uniform()))
+        cases.append((parents, tokens, conf, 1 + draws.below(len(parents))))
+    for parents, tokens, conf, nodes in cases:
+        where = f"rerank(parents={parents}, tokens={tokens}, confidences={fmt(conf)}, nodes={nodes})"
+        got = tree_lists(call("rerank", rerank, list(parents), list(tokens), list(conf), nodes, hints={
+            KeyError: "A kept node whose parent was not kept? Ties go to the node drawn first, so a parent always "
+                      "ranks above its children."}), "rerank")
+        want = rerank_of(parents, tokens, conf, nodes)
+        if got == want:
+            continue
+        cause = ("Ties go to the node drawn first: a child whose probability is 1 ties its parent, and the parent "
+                 "must rank above it, or the child would be kept without its parent."
+                 if got == rerank_of(parents, tokens, conf, nodes, later_first=True) else
+                 "That numbers the kept nodes by confidence: keep their old order, so that every parent comes "
+                 "before its children and siblings stay in the order drawn."
+                 if got == rerank_of(parents, tokens, conf, nodes, renumber=False) else
+                 "Those parents are the old numbers: renumber them to the kept nodes' new numbers."
+                 if got[1] == want[1] else
+                 f"Keep the root and the {nodes} most confident guesses: {nodes + 1} nodes in all."
+                 if len(got[0]) != len(want[0]) else "")
+        fail(f"{where}: expected parents {want[0]}, tokens {want[1]}; got parents {got[0]}, tokens {got[1]}.",
+             cause or ("" if is_tree(*got) else not_a_tree("rerank", *got)))
+
+
+def a6_grow(grow, draws: Draws, hidden: bool) -> None:
+    """Every case is run, and the likely cause named is a classic bug that gives exactly what came back on every
+    case that failed (two bugs can agree on one case)."""
+    named = [("That expands the most confident guesses drawn so far at any level: each level expands the `width` "
+              "most confident of the level just drawn.", dict(expand="all")),
+             ("That expands every guess of a level: only the `width` most confident of the level just drawn get "
+              "children.", dict(expand="every")),
+             ("That ranks a level by each guess's own probability: rank it by confidence, the product along the "
+              "path, the draft's estimate that the whole path is accepted.", dict(rank="last"))]
+    failed = []  # (where, what came back, what was expected, the case)
+    settings = [(3, 1, 3, 3), (4, 2, 1, 2)] + [(4 + draws.below(2), 2 + draws.below(2), 2 + draws.below(3), None)
+                                              for _ in range(60 if hidden else 12)]
+    for r, (vocab, width, depth, nodes) in enumerate(settings):
+        drawn = width + (depth - 1) * width * width  # the guesses a correct growth draws
+        nodes = nodes or drawn - draws.below(width + 1)  # keep most of them: then what was drawn shows
+        draft, root = draft_table(draws, vocab, depth), draws.below(9)
+        where = f"grow(draft, root={root}, width={width}, depth={depth}, nodes={nodes}) (random draft {r})"
+        got = tree_lists(call("grow", grow, {path: list(row) for path, row in draft.items()}, root, width, depth,
+                              nodes), "grow")
+        want = grow_of(draft, root, width, depth, nodes)
+        if got != want:
+            if not is_tree(*got):
+                fail(not_a_tree(where, *got))
+            failed.append((where, got, want, (draft, root, width, depth, nodes)))
+    if not failed:
+        return
+    cause = next((c for c, bug in named if all(got == grow_of(*case, **bug) for _, got, _, case in failed)), "")
+    if not cause and all(len(got[0]) == len(drawn_tree(*case[:4])[0]) for _, got, _, case in failed):
+        cause = "That keeps every guess drawn: keep only the `nodes` most confident (rerank)."
+    where, got, want, _ = failed[0]
+    fail(f"{where}: expected the guesses (as paths below the root) "
+         f"{[path_to(*want, i) for i in range(1, len(want[0]))]}; got "
+         f"{[path_to(*got, i) for i in range(1, len(got[0]))]} ({len(failed)} of the cases failed).", cause)
+
+
+def mask_out(out, n: int) -> tuple[list[list[bool]], list[int]]:
+    written("tree_attention", out)
+    try:
+        mask, positions = out
+        mask = mask.tolist() if hasattr(mask, "tolist") else mask
+        mask = [[bool(v) for v in row] for row in mask]
+        positions = [int(v) for v in (positions.tolist() if hasattr(positions, "tolist") else positions)]
+    except (TypeError, ValueError):
+        fail(f"tree_attention must return (mask, positions): an n x n grid of booleans and n ints, got {out!r}")
+    if len(mask) != n or any(len(row) != n for row in mask) or len(positions) != n:
+        fail(f"tree_attention of a tree of {n} nodes must return an {n} x {n} mask and {n} positions, got "
+             f"{len(mask)} rows of {[len(row) for row in mask]} and {len(positions)} positions.")
+    return mask, positions
+
+
+def ancestors(parents, i) -> set[int]:
+    out = {i}
+    while parents[i] >= 0:
+        i = parents[i]
+        out.add(i)
+    return out
+
+
+def depth_of(parents) -> list[int]:
+    depth = [0]
+    for i in range(1, len(parents)):
+        depth.append(depth[parents[i]] + 1)
+    return depth
+
+
+def trees(draws: Draws, n: int) -> list[list[int]]:
+    return [[-1], [-1, 0, 1, 2], [-1, 0, 0, 0], [-1, 0, 0, 1, 1, 2]] + [random_tree(draws, 2 + draws.below(11))
+                                                                       for _ in range(n)]
+
+
+def a6_mask(tree_attention, draws: Draws, hidden: bool) -> None:
+    for parents in trees(draws, 60 if hidden else 12):
+        n = len(parents)
+        mask, _ = mask_out(call("tree_attention", tree_attention, list(parents)), n)
+        want = [[j in ancestors(parents, i) for j in range(n)] for i in range(n)]
+        if mask == want:
+            continue
+        i = next(i for i in range(n) if mask[i] != want[i])
+        cause = ("That is the causal mask of the flattened tree: a node would see its siblings and cousins, guesses "
+                 "that are not on its path." if mask == [[j <= i for j in range(n)] for i in range(n)] else
+                 "That leaves each node blind to itself: a query sees its own key too." if mask == [
+                     [want[i][j] and j != i for j in range(n)] for i in range(n)] else
+                 "That is the mask transposed: row i is node i as a query, and it sees the columns of its "
+                 "ancestors." if mask == [list(col) for col in zip(*want)] else
+                 "Every node sees the root: it is the last committed token, on every path." if all(
+                     mask[r][c] == want[r][c] or (c == 0 and r > 0) for r in range(n) for c in range(n)) else "")
+        fail(f"tree_attention(parents={parents}): row {i} must allow exactly node {i} and its ancestors "
+             f"{sorted(ancestors(parents, i))}; yours allows {[j for j in range(n) if mask[i][j]]}.", cause)
+
+
+def a6_positions(tree_attention, draws: Draws, hidden: bool) -> None:
+    for parents in trees(draws, 60 if hidden else 12):
+        n = len(parents)
+        _, positions = mask_out(call("tree_attention", tree_attention, list(parents)), n)
+        want = depth_of(parents)
+        if positions == want:
+            continue
+        cause = ("That is each node's index in the flattened tree: a node's position is the root's plus its depth, "
+                 "so siblings share a position, as they would if each were the only guess." if positions == list(
+                     range(n)) else
+                 "The root is the offset 0: node i's position is the root's plus its depth." if positions == [
+                     d + 1 for d in want] else "")
+        fail(f"tree_attention(parents={parents}): expected positions {want} (each node's depth), got {positions}.",
+             cause)
+
+
 # -- the parts ---------------------------------------------------------------------------------------------------
 
 STEP = (("teachspec.speculative.verify", "verify"), ("teachspec.speculative.verify", "verify_batch"),
@@ -816,6 +1344,14 @@ STEP = (("teachspec.speculative.verify", "verify"), ("teachspec.speculative.veri
 NODE = (("teachspec.course.grading", "reference_node_rule"), ("teachspec.speculative.tree", "verify_children"),
         ("teachspec.speculative.tree", "verify_tree"))
 RADIX = (("teachspec.radix.tree", "RadixCache"),)
+SCHEDULE = (("teachspec.radix.schedule", "order"), ("teachspec.radix.schedule", "_order"),
+            ("teachspec.radix.schedule", "_dfs"), ("teachspec.radix.schedule", "replay"),
+            ("teachspec.radix.schedule", "simulate"), ("teachspec.radix.schedule", "_run"),
+            ("teachspec.workloads", "best_hit_rate"), ("teachspec.workloads", "_shared"), *RADIX)
+DYNAMIC = (("teachspec.speculative.drafters", "grow_dynamic"), ("teachspec.speculative.drafters", "ModelDrafter"),
+           ("teachspec.speculative.eagle", "EagleDrafter"))
+MASK = (("teachspec.kv", "tree_mask"), ("teachspec.kv", "depths"), ("teachspec.speculative.tree", "TokenTree"),
+        ("teachspec.widgets.token_tree", "_mask"))
 
 
 class Part:
@@ -848,16 +1384,38 @@ PARTS = {
                         ("expected_speedup",), (("teachspec.theory", "optimal_k"),)),
     "a4.remove": Part("remove", "q without a token, renormalised", a4_remove,
                       forbidden=(("teachspec.speculative.tree", "_without"),)),
-    "a4.siblings": Part("node_rule", "each later sibling judged by the residual p'", a4_siblings, ("remove",), NODE),
-    "a4.without_replacement": Part("node_rule", "children drawn without replacement: q' loses the rejected",
-                                   a4_without_replacement, ("remove",), NODE),
-    "a4.final": Part("node_rule", "every child rejected: the token from the last p'", a4_final, ("remove",), NODE),
+    "a4.ranks_independent": Part("rank_acceptance", "h_r for children drawn independently: p' the residual",
+                                 a4_ranks_independent, ("node_rule", "remove"), NODE),
+    "a4.ranks_without_replacement": Part("rank_acceptance", "h_r without replacement: given the rejected draws",
+                                         a4_ranks_without_replacement, ("node_rule", "remove"), NODE),
     "a4.verify_node": Part("verify_node", "one sampled step: the token leaving the node follows p", a4_verify_node,
                            ("node_rule", "remove"), NODE),
+    "a5.reuse": Part("reused", "the prefix each request reuses from a cache that keeps everything", a5_reused,
+                     forbidden=SCHEDULE),
+    "a5.lpm": Part("lpm_order", "longest prefix match first, of prompt[:-1], ties by arrival", a5_lpm,
+                   forbidden=SCHEDULE),
+    "a5.dfs_subtrees": Part("dfs_order", "a depth-first order: every subtree runs back to back, prefixes first",
+                            a5_dfs_subtrees, forbidden=SCHEDULE),
+    "a5.dfs_heaviest": Part("dfs_order", "the heaviest branch first, ties by the earliest arrival", a5_dfs_heaviest,
+                            forbidden=SCHEDULE),
+    "a5.best": Part("best_hit_rate", "the best hit rate of any order: each distinct prefix computed once", a5_best,
+                    ("reused",), SCHEDULE),
+    "a6.confidence": Part("confidence", "a guess's confidence: the product of the draft's probabilities on its path",
+                          a6_confidence, forbidden=DYNAMIC),
+    "a6.rerank": Part("rerank", "the nodes most confident guesses, ties to the first drawn, in their old order",
+                      a6_rerank, forbidden=DYNAMIC),
+    "a6.grow": Part("grow", "each level expands the width most confident guesses of the level before", a6_grow,
+                    ("confidence", "rerank"), DYNAMIC),
+    "a6.mask": Part("tree_attention", "each node attends to itself and its ancestors, nothing else", a6_mask,
+                    forbidden=MASK),
+    "a6.positions": Part("tree_attention", "each node's position: the root's plus its depth", a6_positions,
+                         forbidden=MASK),
 }
 
 STAND_INS = {"residual": torch_residual, "expected_speedup": speedup, "remove": torch_remove,
-             "node_rule": reference_node_rule()}
+             "node_rule": reference_node_rule(), "reused": lambda prompts, order: reuse_of(prompts, order),
+             "confidence": confidence_of, "rerank": lambda parents, tokens, confidences, nodes: rerank_of(
+                 parents, tokens, confidences, nodes)}
 
 
 def grade(part: str, answer, hidden: bool = True) -> None:
@@ -995,7 +1553,10 @@ def standing_in(answer, names: tuple[str, ...]):
             home[n] = f
 
 
-HEAVY = {"teachspec.course.harness"}  # imports scipy: refused only when the notebook has imported it
+HEAVY = {"teachspec.course.harness", "teachspec.workloads", "teachspec.kv", "teachspec.speculative.drafters",
+         "teachspec.speculative.eagle", "teachspec.widgets.token_tree"}
+# ^ scipy, transformers or the widgets take seconds to import: refused at run time only once the notebook has
+# imported them (`reach` still finds them wherever the answer names them)
 
 
 def refusal(name: str) -> types.CodeType:

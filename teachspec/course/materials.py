@@ -1,16 +1,23 @@
 """The course as files: the lecture notebooks, the assignments and the traces they replay, written where a student
 works, or where an instructor prepares the grading.
 
-They live at the top of the repository in `notebooks/`. An installed wheel carries a copy inside the package, in
-`teachspec/course/notebooks/` (see pyproject.toml), so a course installed with pip is whole:
+Two folders hold them:
+
+    notebooks/                   the course as a student browses it: lectures, traces, and in assignments/ the
+                                 assignments as students get them (no solution, no hidden test)
+    teachspec/course/sources/    the assignments as the instructor writes them, solutions and hidden tests in
+
+`notebooks/assignments/` is made from the sources by `teachspec.course.student` and committed; a test checks that
+it is exactly what the sources give today (`student.refresh()` remakes it). An installed wheel carries both: the
+course inside the package as `teachspec/course/notebooks/` (see pyproject.toml), and the sources where they are,
+so a course installed with pip is whole, for students and for instructors:
 
     pip install "teachspec[notebooks]"       # teachspec with JupyterLab and a kernel
     teachspec course my-course               # the notebooks, assignments/ and traces/ into my-course/
     cd my-course && jupyter lab index.ipynb
 
-The assignments are written as students get them: the solutions replaced by `raise NotImplementedError()` and the
-hidden tests removed (`teachspec.course.student`). `teachspec course DEST --with-solutions` writes them as they are
-kept here, solutions and hidden tests in, with INSTRUCTORS.md beside them: for an instructor, never for students.
+`teachspec course DEST --with-solutions` writes the sources in assignments/ instead, with INSTRUCTORS.md beside
+them: for an instructor, never for students. The graders (`teachspec.course.release`) read the sources too.
 
 Nothing is ever written into the installed package: a student's runs and notes stay in their own folder.
 """
@@ -23,7 +30,9 @@ from pathlib import Path
 
 PACKAGED = Path(__file__).parent / "notebooks"        # inside an installed wheel
 CHECKOUT = Path(__file__).parents[2] / "notebooks"    # the repository's own folder (editable install)
-PATTERNS = ("*.ipynb", "nbval.cfg", "assignments/*.ipynb", "traces/*.jsonl", "INSTRUCTORS.md")  # as package-data
+SOURCES = Path(__file__).parent / "sources"           # the instructor's assignments, in a wheel and a checkout alike
+PATTERNS = ("*.ipynb", "nbval.cfg", "appendix/*.ipynb", "assignments/*.ipynb", "traces/*.jsonl",
+            "INSTRUCTORS.md")  # as package-data
 INSTRUCTORS_ONLY = ("INSTRUCTORS.md",)  # written only with the solutions
 
 
@@ -34,6 +43,14 @@ def course_dir() -> Path:
             return folder
     raise FileNotFoundError(f"the course's notebooks are missing: looked for index.ipynb in {PACKAGED} (an "
                             f"installed wheel) and {CHECKOUT} (a source checkout)")
+
+
+def sources() -> list[Path]:
+    """The instructor's assignments, a1_... to a6_..., in order: solutions and hidden tests in."""
+    found = sorted(SOURCES.glob("a*.ipynb"))
+    if not found:
+        raise FileNotFoundError(f"the assignments' sources are missing: no a*.ipynb in {SOURCES}")
+    return found
 
 
 def course_files(source: Path | None = None, solutions: bool = True) -> list[Path]:
@@ -51,17 +68,18 @@ def is_assignment(path: Path) -> bool:
 def write_course(dest: str | Path, force: bool = False, solutions: bool = False) -> list[Path]:
     """Write the course into `dest` (created if need be); returns the files written.
 
-    The assignments are the student versions unless `solutions`, which copies them as they are (solutions and
-    hidden tests in) and adds INSTRUCTORS.md. A file of the course already in `dest` is overwritten only with
-    `force`, so a student's edited notebooks are never lost by running this twice."""
-    import nbformat
-
-    from teachspec.course.student import student_version
-
+    The assignments are the student versions unless `solutions`, which writes the instructor's sources in their
+    place (solutions and hidden tests in) and adds INSTRUCTORS.md. A file of the course already in `dest` is
+    overwritten only with `force`, so a student's edited notebooks are never lost by running this twice."""
     dest, source = Path(dest), course_dir()
     if dest.exists() and not dest.is_dir():
         raise ValueError(f"dest={str(dest)!r} is a file; give a folder to write the course into")
+    keys = {s.name: s for s in sources()}
     files = course_files(source, solutions)
+    missing = sorted(set(keys) - {f.name for f in files if is_assignment(f)})
+    if missing:
+        raise FileNotFoundError(f"{source / 'assignments'} lacks the student versions of {missing}: remake them "
+                                f"with teachspec.course.student.refresh()")
     there = [f for f in files if (dest / f).exists()]
     if there and not force:
         raise ValueError(f"dest={str(dest)!r} already holds {len(there)} of the course's files (e.g. {there[0]}); "
@@ -69,11 +87,8 @@ def write_course(dest: str | Path, force: bool = False, solutions: bool = False)
     written = []
     for f in files:
         (dest / f).parent.mkdir(parents=True, exist_ok=True)
-        if is_assignment(f) and not solutions:
-            nbformat.write(student_version(nbformat.read(source / f, as_version=4)), dest / f)
-            written.append(dest / f)
-        else:
-            written.append(Path(shutil.copyfile(source / f, dest / f)))
+        origin = keys[f.name] if solutions and is_assignment(f) and f.name in keys else source / f
+        written.append(Path(shutil.copyfile(origin, dest / f)))
     return written
 
 

@@ -1,5 +1,5 @@
-"""Handing the assignments out and grading them: one source, the solution notebooks in `assignments/`, written in
-nbgrader's format, and laid out for the grader an instructor uses.
+"""Handing the assignments out and grading them: one source, the solution notebooks in teachspec/course/sources/
+(`materials.sources()`), written in nbgrader's format, and laid out for the grader an instructor uses.
 
     teachspec grading nbgrader my-grading    # nbgrader_config.py and source/<assignment>/<assignment>.ipynb
     teachspec grading otter my-grading       # Otter-Grader master notebooks: <assignment>/<assignment>.ipynb
@@ -30,7 +30,7 @@ from pathlib import Path
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_raw_cell
 
-from teachspec.course.materials import course_dir
+from teachspec.course.materials import sources
 from teachspec.course.student import BEGIN, BEGIN_HIDDEN, END, END_HIDDEN
 
 NBGRADER_CONFIG = '''\
@@ -40,7 +40,7 @@ c = get_config()  # noqa: F821 -- nbgrader defines it
 
 c.CourseDirectory.course_id = "teachspec"
 
-# The assignments load a model and time it (assignment 3): give a cell minutes, not nbgrader's 30 seconds.
+# Assignment 3 loads a model and times it: give a cell minutes, not nbgrader's 30 seconds.
 c.Execute.timeout = 600
 
 # Feedback shows each failed check's message, not the hidden tests: the hidden-test regions are cleared, and an
@@ -54,9 +54,9 @@ c.GenerateFeedback.preprocessors = [
 '''
 
 
-def assignments(source: Path | None = None) -> list[Path]:
-    """The solution notebooks, a1_... to a4_..., in order."""
-    return sorted(((course_dir() if source is None else source) / "assignments").glob("a*.ipynb"))
+def assignments() -> list[Path]:
+    """The solution notebooks, a1_... to a6_..., in order: what every grader here is laid out from."""
+    return sources()
 
 
 def _refuse_overwrite(files: list[Path], force: bool) -> None:

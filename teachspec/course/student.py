@@ -1,6 +1,6 @@
 """Make the student version of an assignment notebook, the way nbgrader's generate_assignment does.
 
-A solution notebook is written once. In its code cells
+A solution notebook is written once, in teachspec/course/sources/. In its code cells
 
     ### BEGIN SOLUTION / ### END SOLUTION          the lines between are replaced by
                                                    `# YOUR CODE HERE` and `raise NotImplementedError()`
@@ -9,9 +9,11 @@ A solution notebook is written once. In its code cells
 and in markdown cells a `### BEGIN SOLUTION` region becomes "YOUR ANSWER HERE". Outputs and execution counts are
 cleared. The markers are nbgrader's own, so the same notebook also works with `nbgrader generate_assignment`.
 
-    teachspec student assignments/a1_acceptance_rule.ipynb [-o OUT.ipynb]
+    teachspec student teachspec/course/sources/a1_acceptance_rule.ipynb [-o OUT.ipynb]
 
-writes OUT (default: assignments/student/<name>.ipynb, beside the solution).
+writes OUT (default: student/<name>.ipynb in the current folder). The student versions in notebooks/assignments/
+are this function's output for every source, committed so that the course a student browses holds no solution;
+`refresh()` remakes them, and tests/test_assignments.py checks that they are what the sources give today.
 """
 
 from __future__ import annotations
@@ -76,14 +78,34 @@ def check_cells(nb: nbformat.NotebookNode) -> list[int]:
             if c.cell_type == "code" and c.get("metadata", {}).get("nbgrader", {}).get("grade")]
 
 
+def student_text(solution: Path) -> str:
+    """The student version of the notebook at `solution`, as the text of its file."""
+    text = nbformat.writes(student_version(nbformat.read(solution, as_version=4)))
+    return text if text.endswith("\n") else text + "\n"
+
+
 def write(solution: Path, out: Path | None = None) -> Path:
-    """Write the student version of the notebook at `solution` to `out` (default: student/ beside it)."""
+    """Write the student version of the notebook at `solution` to `out` (default: student/<name>.ipynb in the
+    current folder, never beside a solution that an installed package holds)."""
     solution = Path(solution)
-    nb = nbformat.read(solution, as_version=4)
-    out = Path(out) if out is not None else solution.parent / "student" / solution.name
+    out = Path(out) if out is not None else Path("student") / solution.name
     out.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.write(student_version(nb), out)
+    out.write_text(student_text(solution), encoding="utf-8")
     return out
+
+
+def refresh(folder: Path | None = None) -> list[Path]:
+    """Remake the committed student versions: every source's, into `folder` (default: the checkout's
+    notebooks/assignments/). Returns the files written."""
+    from teachspec.course.materials import CHECKOUT, sources
+
+    folder = CHECKOUT / "assignments" if folder is None else Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for solution in sources():
+        (folder / solution.name).write_text(student_text(solution), encoding="utf-8")
+        written.append(folder / solution.name)
+    return written
 
 
 def main(argv: list[str] | None = None) -> None:

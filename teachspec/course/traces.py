@@ -7,20 +7,28 @@ Each trace is an `EventLog` saved with `EventLog.save`; a notebook replays one w
     SpeculationView(EventLog.load("traces/speculation.jsonl"))      or RadixTreeView(...)
 
 The recordings are seeded, so re-recording with the same pair and library versions gives the same events (the
-timestamps differ). `vllm_blocks` is recorded from a vLLM server (teachspec.serving) and needs vLLM installed
-(TEACHSPEC_VLLM_PYTHON names its Python); without it, or with a pair other than the bundled one that the server
-serves, it is skipped with a message and the other traces are recorded as usual.
+timestamps differ). `vllm_blocks` and `vllm_batching` are recorded from a vLLM server (teachspec.serving) and need
+vLLM installed (TEACHSPEC_VLLM_PYTHON names its Python); without it, or with a pair other than the bundled one that
+the server serves, they are skipped with a message and the other traces are recorded as usual. `vllm_batching` is a
+timing: its events are the same requests each time, its times are the machine's, and its header says which machine
+and when (`Recorded`).
 """
 
 from __future__ import annotations
 
+import datetime
+import itertools
+import json
 import tempfile
+import threading
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from teachspec import workloads
 from teachspec.chat import Chat
 from teachspec.engine import Engine
-from teachspec.events import EventLog
+from teachspec.events import Counters, EventLog, Finish, RequestStart
 from teachspec.program import gen, run
 
 PROMPT = "Return a new dictionary"
@@ -65,7 +73,7 @@ def together(pair) -> EventLog:
     return engine.events
 
 
-# -- lecture 11: vLLM on the same requests -----------------------------------------------------------------------
+# -- lecture 12: vLLM on the same requests ----------------------------------------------------------------------
 
 class Unavailable(RuntimeError):
     """A trace that cannot be recorded here (no vLLM, another pair); `record` skips it and says why."""
@@ -96,7 +104,7 @@ def conversation(s, system_text, messages, max_tokens):
 
 
 def vllm_requests(pair) -> list[tuple]:
-    """Lecture 11's programs with the arguments of each run, in the order it sends them: [(program, [dict])]."""
+    """Lecture 12's programs with the arguments of each run, in the order it sends them: [(program, [dict])]."""
     few_shot = workloads.few_shot(n_questions=4, shots=2, example_tokens=60, question_tokens=40, encode=pair)
     chats = workloads.multi_turn(n_conversations=2, turns=3, message_tokens=24, max_new_tokens=12,
                                  system_tokens=100, encode=pair).conversations
@@ -106,19 +114,13 @@ def vllm_requests(pair) -> list[tuple]:
 
 
 def vllm_blocks(pair) -> EventLog:
-    """Lecture 11: vLLM serving the bundled pair (its draft model, k = 3, a KV cache of VLLM_KV_BLOCKS blocks),
+    """Lecture 12: vLLM serving the bundled pair (its draft model, k = 3, a KV cache of VLLM_KV_BLOCKS blocks),
     watched: its blocks as Insert and Evict events, its counters, and the programs' steps and requests, for three
     greedy continuations, four few-shot questions and two three-turn chats, sent one at a time (so what the cache
     finds does not depend on timing). Raises Unavailable where vLLM is not installed or the pair is another."""
-    from teachspec.serving import RemoteEngine, ServerError, Watcher, start_vllm, vllm_python
+    from teachspec.serving import RemoteEngine, Watcher, start_vllm
 
-    if pair.name != "tiny":
-        raise Unavailable(f"the server serves the bundled pair, and this is {pair.name!r}: record it with --pair tiny")
-    try:
-        vllm_python()
-    except ServerError as e:
-        why = str(e).splitlines()[0].rstrip(":")
-        raise Unavailable(why if "TEACHSPEC_VLLM_PYTHON" in why else why + " (TEACHSPEC_VLLM_PYTHON)") from None
+    _need_vllm(pair)
     with tempfile.TemporaryDirectory() as folder, \
             start_vllm("tiny", speculate="model", k=3, kv_blocks=VLLM_KV_BLOCKS, max_model_len=384,
                        workdir=folder) as server, Watcher(server) as watcher:
@@ -130,13 +132,148 @@ def vllm_blocks(pair) -> EventLog:
     return watcher.log
 
 
+def _need_vllm(pair) -> None:
+    """Raise Unavailable unless vLLM is installed here and `pair` is the bundled pair, which the server serves."""
+    from teachspec.serving import ServerError, vllm_python
+
+    if pair.name != "tiny":
+        raise Unavailable(f"the server serves the bundled pair, and this is {pair.name!r}: record it with --pair tiny")
+    try:
+        vllm_python()
+    except ServerError as e:
+        why = str(e).splitlines()[0].rstrip(":")
+        raise Unavailable(why if "TEACHSPEC_VLLM_PYTHON" in why else why + " (TEACHSPEC_VLLM_PYTHON)") from None
+
+
+# -- lecture 12: many requests in one step ----------------------------------------------------------------------
+
+BATCH_REQUESTS = 16             # prompts sent in each round (held-out documentation openings)
+BATCH_PROMPT_TOKENS = 32        # at most this many tokens each
+BATCH_NEW_TOKENS = 32           # tokens written for each, always all of them (ignore_eos)
+BATCH_IN_FLIGHT = (1, 2, 4, 8, 16)  # one round each: at most this many requests in flight at once
+CHECKED = 4                     # requests of the first round sent again at the end: their spread says "busy"
+
+
+class Recorded(EventLog):
+    """An EventLog of timings whose header also says where and when they were measured: `about`, a dict such as
+    {"machine": ..., "recorded": "2026-11-20", "vllm": "0.32.0"}. A replayed time means little without them.
+
+    The header is the trace's first line (events.py); `EventLog.load` reads the extra keys without complaint, and
+    `Recorded.load` keeps them."""
+
+    def __init__(self, events=None, pair: str | None = None, about: dict | None = None):
+        super().__init__(events, pair)
+        self.about = dict(about or {})
+
+    def save(self, path: str | Path) -> Path:
+        path = super().save(path)
+        header, rest = path.read_text(encoding="utf-8").split("\n", 1)
+        path.write_text(json.dumps({**json.loads(header), **self.about}) + "\n" + rest, encoding="utf-8")
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Recorded":
+        log = EventLog.load(path)  # every line checked, the header's own keys too
+        header = json.loads(Path(path).read_text(encoding="utf-8").removeprefix("\ufeff").split("\n", 1)[0])
+        about = {key: value for key, value in header.items() if key not in ("format", "version", "pair")}
+        return cls(log.events, log.pair, about)
+
+
+def machine() -> str:
+    """This machine in a few words: its processor's name and the CPUs this process may use."""
+    import platform
+
+    from teachspec.threads import usable_cpus
+
+    name = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            name = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), name)
+    except OSError:
+        pass
+    cpus = usable_cpus()
+    return f"{name}, {cpus} CPU{'s' if cpus != 1 else ''}"
+
+
+def send_in_flight(server, pair, in_flight=BATCH_IN_FLIGHT) -> Recorded:
+    """Lecture 12: the same BATCH_REQUESTS greedy requests sent to `server` once per entry of `in_flight`, with at
+    most that many in flight at once (a thread each), after one request that warms the server up.
+
+    Each request is a RequestStart when it is sent and a Finish when its answer is back (`ms` its wall time), so
+    the log says how many were in flight at every moment; a Counters event (the server's /metrics) before the
+    first round and after each one marks where the rounds end, and gives each round's speculation counters. At the
+    end the first CHECKED requests go once more, one at a time and unrecorded: when they take much longer or
+    shorter than in the first round, the machine moved under the measurement, and the header's "busy" says so."""
+    from teachspec.busy import Watch, warning
+    from teachspec.serving import RemoteEngine, metrics
+
+    remote = RemoteEngine(server, pair)
+    work = workloads.docs_completion(BATCH_REQUESTS, prompt_tokens=BATCH_PROMPT_TOKENS,
+                                     max_new_tokens=BATCH_NEW_TOKENS)
+    prompts = [pair.encode(r.prompt) for r in work.requests]
+    with urllib.request.urlopen(server.url + "/version", timeout=10) as r:
+        version = json.load(r).get("version", "?")
+    log = Recorded(pair=pair.name, about={"machine": machine(), "recorded": datetime.date.today().isoformat(),
+                                          "vllm": version, "speculate": server.speculate, "k": server.k})
+    ids, lock = itertools.count(1), threading.Lock()  # the threads share the log: one event at a time
+
+    def send(prompt: list[int], record: bool = True) -> None:
+        if record:
+            with lock:
+                request = next(ids)
+                sent = log.emit(RequestStart, request=request, prompt_tokens=len(prompt), prompt=list(prompt)).t
+        out = remote.complete({"prompt": prompt, "max_tokens": BATCH_NEW_TOKENS, "temperature": 0.0,
+                               "ignore_eos": True})
+        if record:
+            with lock:
+                log.emit(Finish, request=request, new_tokens=int(out["usage"]["completion_tokens"]),
+                         reason="length", ms=(log.now() - sent) * 1e3)
+
+    def counters() -> None:
+        log.emit(Counters, source=server.url, **metrics.counters(metrics.read(server.url)))
+
+    def alone(few: list[list[int]]) -> float:
+        """Seconds to send `few` one at a time, unrecorded."""
+        t0 = log.now()
+        for prompt in few:
+            send(prompt, record=False)
+        return log.now() - t0
+
+    send(prompts[0], record=False)  # the first request pays for the server's warm-up: not a round's
+    with Watch() as watch:  # was the machine busy meanwhile? (teachspec/busy.py)
+        counters()
+        for n in in_flight:
+            with ThreadPoolExecutor(max_workers=n) as pool:
+                list(pool.map(send, prompts))
+            counters()
+        # the machine's check: the first CHECKED requests again, one at a time, against their time in the first
+        # round. The client mostly waits on the server, so its own threads' wait for a CPU says little here.
+        first = [e for e in log.events if isinstance(e, Finish)][:CHECKED]
+        again = alone(prompts[:CHECKED])
+    watch.check.repeats([sum(e.ms for e in first) / 1e3, again])
+    log.about["busy"] = warning(watch.check.as_dict())  # "" on a quiet machine
+    return log
+
+
+def vllm_batching(pair) -> Recorded:
+    """Lecture 12: vLLM serving the bundled pair (its draft model, k = 3, vLLM's own KV-cache size) the same
+    BATCH_REQUESTS requests with 1, 2, 4, 8 and 16 of them in flight (`send_in_flight`): a timing, so its header
+    names the machine and the date. Raises Unavailable where vLLM is not installed or the pair is another."""
+    from teachspec.serving import start_vllm
+
+    _need_vllm(pair)
+    with tempfile.TemporaryDirectory() as folder, \
+            start_vllm("tiny", speculate="model", k=3, max_model_len=256, workdir=folder) as server:
+        return send_in_flight(server, pair)
+
+
 TRACES = {"speculation": speculation, "radix_shared": radix_shared, "radix_eviction": radix_eviction,
-          "together": together, "vllm_blocks": vllm_blocks}
+          "together": together, "vllm_blocks": vllm_blocks, "vllm_batching": vllm_batching}
 
 
 def record(pair, out: Path) -> dict[str, Path]:
     """Record every trace with `pair` into `out`; returns name -> path. A trace that cannot be recorded here
-    (`Unavailable`: vllm_blocks without vLLM) is skipped with a line that says why, its old file left as it was."""
+    (`Unavailable`: the vLLM traces without vLLM) is skipped with a line that says why, its old file left as it was."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     written = {}

@@ -28,9 +28,11 @@ tried before it*:
 - children drawn independently from q (SpecInfer's multi-step speculative sampling): x_2 was drawn from q whatever
   x_1 was, so q' stays q;
 - children drawn without replacement, a sample of b distinct tokens (recursive speculative decoding, Jeon et al.
-  2024, arXiv:2402.14160; EAGLE's sampling verification, Li et al. 2024, arXiv:2401.15077): x_2 was drawn from q with x_1 removed and renormalised, so that is its q'. Judging it by q
+  2024, arXiv:2402.14160; the first EAGLE's sampled trees, Li et al. 2024, arXiv:2401.15077; the bundled head's
+  sampled trees here): x_2 was drawn from q with x_1 removed and renormalised, so that is its q'. Judging it by q
   instead would use a proposal it was not drawn from, and the output would be biased;
-- children chosen, not drawn (q = None: the b most likely tokens of the draft, prompt lookup's several matches):
+- children chosen, not drawn (q = None: the b most likely tokens of the draft, as EAGLE-2's trees keep even when
+  sampling, prompt lookup's several matches):
   each x_j is its own point mass, so it is accepted with probability p'(x_j), and its rejection removes x_j from
   p'. Judging chosen children by the without-replacement rule is a bug that greedy output never shows: with
   p = [1/2, 1/3, 1/6], q = [1/4, 1/4, 1/2] and the top two of q chosen, it emits [2/3, 0, 1/3].

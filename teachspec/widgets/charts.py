@@ -6,7 +6,8 @@
                                   holds Counters events, not steps, and their totals give both charts exactly)
     timeline(log)                 draft and target passes on a time axis: where the wall time goes
     cache_over_time(log)          cached and locked tokens, and the hit rate of each lookup
-    speedup_vs_k({k: log, ...})   measured speedup for several k, against theory.speedup
+    speedup_vs_k({k: log, ...})   measured speedup for several k, against theory.speedup; or, from an
+                                  interleaved measurement, {k: [time per token of each round], ...}
 
 Each takes an EventLog and returns a `Chart`: a `plotly.graph_objects.Figure` that a notebook shows as it is (no
 widget and no network needed) and that carries its own static picture. A log with nothing to plot gives a figure
@@ -26,13 +27,14 @@ never judged), as `Stats.alpha` and measure.Running count it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import statistics
+from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
 
 from teachspec import theory
-from teachspec.events import Counters, Draft, EventLog, Evict, Finish, Insert, Lock, Match, RequestStart, Unlock, \
-    Verify
+from teachspec.events import Accept, Bonus, Counters, Draft, EventLog, Evict, Finish, Insert, Lock, Match, Resample, \
+    RequestStart, Unlock, Verify
 from teachspec.stats import Stats
 from teachspec.widgets.chartsvg import FONT, figure_svg
 from teachspec.widgets.measure import Running, steps
@@ -206,13 +208,25 @@ def cache_over_time(log: EventLog) -> Chart:
     return fig
 
 
-def speedup_vs_k(runs: Mapping[int, EventLog], k_max: int | None = None, alpha: float | None = None,
-                 c: float | None = None) -> Chart:
-    """Measured speedup of each run over runs[0] (plain decoding, k = 0) against theory.speedup.
+def speedup_vs_k(runs: Mapping[int, EventLog | Sequence[float]], k_max: int | None = None,
+                 alpha: float | None = None, c: float | None = None) -> Chart:
+    """Measured speedup of each draft length k over runs[0] (plain decoding, k = 0) against theory.speedup.
+
+    Both sides count the steps Theorem 3.8 describes: those after each request's first (the first also reads the
+    prompt, both models' prefill, which the formula leaves out; `Stats.decoding` counts the same steps). runs maps
+    each k to one of
+
+        an EventLog     one engine's generations; its speedup is tokens per second over runs[0]'s, both over the
+                        steps after each request's first
+        a list of times the time per token (any unit, the same for every k) of each round of an interleaved
+                        measurement: round i ran every setting once, close together, so a slower moment of the
+                        machine slows them all. Round i's speedup is runs[0][i] / runs[k][i]; the chart marks the
+                        median over the rounds, and a line from the slowest round's speedup to the fastest's
 
     The curve uses `alpha` and `c` when given (a notebook passes the numbers it printed, so a chart never shows
-    another), else both pooled over every step of the runs that speculate (measure.Running: alpha is accepted /
-    judged guesses, as everywhere). One engine (so one log) per k:
+    another). From logs, it can work them out itself: alpha pooled over the steps after the first of every run
+    that speculates (accepted / judged guesses, as everywhere), c their mean draft pass over runs[0]'s mean target
+    pass, the pass of plain decoding that Theorem 3.8 counts as 1. One engine (so one log) per k:
 
         runs = {}
         for k in (0, 1, 2, 4, 8):
@@ -222,22 +236,43 @@ def speedup_vs_k(runs: Mapping[int, EventLog], k_max: int | None = None, alpha: 
     """
     if not isinstance(runs, Mapping) or 0 not in runs:
         got = sorted(runs) if isinstance(runs, Mapping) else type(runs).__name__
-        raise ValueError(f"runs must map draft lengths k to EventLogs and include k = 0, the plain-decoding "
-                         f"baseline every speedup is measured against; got {got}")
+        raise ValueError(f"runs must map draft lengths k to EventLogs or lists of times per token and include k = 0, "
+                         f"the plain-decoding baseline every speedup is measured against; got {got}")
+    logs = [isinstance(run, EventLog) for run in runs.values()]
+    if any(logs) and not all(logs):
+        raise ValueError("runs must be all EventLogs or all lists of times per token, not a mix: a speedup divides "
+                         "two measurements of the same kind")
     fig = figure("Speedup against k", "draft length k", "speedup over plain decoding")
-    rate = {k: _tokens_per_s(log) for k, log in runs.items()}
-    if not rate[0]:
-        return _nothing(fig, "finished requests in the k = 0 run")
-    ks = sorted(k for k in runs if rate[k])
-    fig.add_scatter(x=ks, y=[rate[k] / rate[0] for k in ks], mode="markers", name="measured",
+    if all(logs):
+        rate = {k: _decoding(log)[0] for k, log in runs.items()}
+        if not rate[0]:
+            return _nothing(fig, "finished requests in the k = 0 run")
+        ks = sorted(k for k in runs if rate[k])
+        rounds = {k: [rate[k] / rate[0]] for k in ks}
+        if alpha is None or c is None:
+            pooled, plain_pass = Running(), _decoding(runs[0])[1]
+            for k in ks:
+                if k:
+                    for e in _after_first(runs[k]):
+                        pooled.add(e)
+            alpha = pooled.alpha if alpha is None else alpha
+            if c is None and pooled.drafted and plain_pass:
+                c = (pooled.draft_ms / pooled.drafted) / plain_pass
+    else:
+        rounds = _rounds(runs)
+        if not rounds:
+            return _nothing(fig, "rounds with a time for every k")
+        ks = sorted(rounds)
+        if alpha is None or c is None:
+            raise ValueError("with times per token, give the alpha and c of the same runs (the curve needs them): "
+                             "the times alone do not say how often a guess was accepted")
+    median = {k: statistics.median(rounds[k]) for k in ks}
+    fig.add_scatter(x=ks, y=[median[k] for k in ks], mode="markers",
+                    name="measured" + (f" (median of {len(rounds[ks[0]])} rounds)" if len(rounds[ks[0]]) > 1 else ""),
                     marker=dict(size=12, color=COLORS["target"]))
-    pooled = Running()
-    for k, log in runs.items():
-        if k:
-            for e in log:
-                pooled.add(e)
-    alpha = pooled.alpha if alpha is None else alpha
-    c = pooled.c if c is None else c
+    for i, k in enumerate(k for k in ks if k and len(rounds[k]) > 1):  # k = 0 is 1 in every round
+        fig.add_scatter(x=[k, k], y=[min(rounds[k]), max(rounds[k])], mode="lines", name="slowest to fastest round",
+                        showlegend=i == 0, line=dict(color=COLORS["target"], width=2))
     if alpha is not None and c is not None:
         grid = list(range(0, (k_max if k_max is not None else max(ks) + 2) + 1))
         fig.add_scatter(x=grid, y=[float(theory.speedup(alpha, k, c)) for k in grid], mode="lines",
@@ -247,7 +282,39 @@ def speedup_vs_k(runs: Mapping[int, EventLog], k_max: int | None = None, alpha: 
     return fig
 
 
-def _tokens_per_s(log: EventLog) -> float | None:
-    finished = log.of(Finish)
-    ms = sum(e.ms for e in finished)
-    return sum(e.new_tokens for e in finished) / (ms / 1e3) if ms > 0 else None
+def _rounds(times: Mapping[int, Sequence[float]]) -> dict[int, list[float]]:
+    """Each k's speedup in every round that timed both it and k = 0: times[0][i] / times[k][i]."""
+    plain = list(times[0])
+    out = {}
+    for k, mine in times.items():
+        pairs = [(t0, t) for t0, t in zip(plain, mine) if t0 > 0 and t > 0]
+        if pairs:
+            out[k] = [t0 / t for t0, t in pairs]
+    return out if 0 in out else {}
+
+
+def _after_first(log: EventLog) -> list:
+    """The log's speculation events of every request's steps after its first (step 0 also read the prompt)."""
+    return [e for e in log if getattr(e, "step", 0) > 0]
+
+
+def _decoding(log: EventLog) -> tuple[float | None, float | None]:
+    """Tokens per second over the steps after each finished request's first, and the mean target pass of those
+    steps in ms: what Stats.decoding counts. A request's first step ends with its last event of step 0."""
+    first_end: dict[int, float] = {}
+    first_tokens: dict[int, int] = {}
+    passes, pass_ms = 0, 0.0
+    for e in log:
+        step = getattr(e, "step", None)
+        if step == 0:
+            first_end[e.request] = e.t
+            first_tokens[e.request] = first_tokens.get(e.request, 0) + isinstance(e, (Accept, Resample, Bonus))
+        elif isinstance(e, Verify):
+            passes, pass_ms = passes + 1, pass_ms + e.ms
+    tokens, seconds = 0, 0.0
+    for e in log.of(Finish):
+        if e.request in first_end:
+            tokens += e.new_tokens - first_tokens[e.request]
+            seconds += e.t - first_end[e.request]
+    rate = tokens / seconds if seconds > 0 and tokens > 0 else None
+    return rate, (pass_ms / passes if passes else None)

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from teachspec import theory
 from teachspec.widgets.charts import COLORS, Chart, figure
+from teachspec.widgets.chartsvg import figure_svg
 from teachspec.widgets.predict import readable
 
 LOSES = "#b91c1c"   # the band and the words where speculation is slower than plain decoding
@@ -196,8 +197,10 @@ class Explorer:
                                       annotations=fresh.layout.annotations)
 
     def _repr_mimebundle_(self, include=None, exclude=None):
+        """The sliders; and for a page that runs nothing, the chart where they start, as SVG (chartsvg.py)."""
         text = "Explorer: " + ", ".join(f"{k} = {v}" for k, v in self.values.items())
-        return {**self.widget._repr_mimebundle_(include=include, exclude=exclude), "text/plain": text}
+        return {**self.widget._repr_mimebundle_(include=include, exclude=exclude), "text/plain": text,
+                "image/svg+xml": figure_svg(self._draw(self.reading))}
 
 
 def explore_speedup(alpha: float = 0.8, c: float = 0.05, k: int = 4, k_max: int = 16) -> Explorer:

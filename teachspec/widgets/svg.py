@@ -13,10 +13,20 @@ teachspec.css), so the still and the widget look alike.
 
 from __future__ import annotations
 
+import html
+import re
 import shutil
-from html import escape
 
 from teachspec.widgets.frames import Snapshot
+
+CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # not allowed in XML 1.0, even escaped
+
+
+def escape(text: str) -> str:
+    """`text` as SVG character data: markup escaped, and the control characters a token may hold (which no XML
+    document may contain, escaped or not) shown as U+FFFD."""
+    return html.escape(CONTROL.sub("\ufffd", text))
+
 
 COLORS = {"matched": "#fde68a", "new": "#bbf7d0", "split": "#ddd6fe", "evicted": "#e5e7eb", "": "#ffffff"}
 COLUMN, ROW, BOX_W, BOX_H = 120, 70, 108, 42   # the fallback's geometry, in pixels
