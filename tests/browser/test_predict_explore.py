@@ -89,13 +89,14 @@ def test_predict_commits_and_the_sliders_move_the_numbers(lab, tmp_path, shots):
         fits(page, predict)
         page.screenshot(path=str(shots / "predict_committed.png"))
 
-        # a number: typed, committed, told to run the next cell
+        # a number: typed and committed after the cell that measures it already ran (all cells were run on
+        # opening), so it is judged against what that cell revealed
         number = page.locator(f"{SHOWN} .teachspec-predict").nth(1)
         fits(page, number)
         number.locator("input").fill("2.5")
         number.locator("input").press("Enter")
         number.get_by_role("button", name="Commit").click()
-        number.get_by_text("You predicted 2.5. Now run the next cell.").wait_for(timeout=10_000)
+        number.get_by_text("Not this time: you predicted 2.5; it is 3.36.").wait_for(timeout=10_000)
 
         # "Show me": the answer now, and nothing left to commit
         given_up = page.locator(f"{SHOWN} .teachspec-predict").nth(2)
