@@ -117,15 +117,20 @@ class Predict:
         if self.number and not _number(guess):
             raise ValueError(f"guess must be a number, got {guess!r}")
         self.guess = guess
-        known = self.answer if self.answer is not None else self._measured
+        known = self._known
         if known is None:
             return f"You predicted {guess}. Now run the next cell."
         return self._verdict(known)
 
+    @property
+    def _known(self):
+        """The answer as far as it is known now: given up front, or revealed by the cell that measured it."""
+        return self.answer if self.answer is not None else self._measured
+
     def show(self) -> str:
         """What "Show me" does: give up the prediction and see the answer now (when it is known before the run)."""
         self.shown = True
-        known = self.answer if self.answer is not None else self._measured
+        known = self._known
         if known is None:
             return "The answer is measured: run the cells below, and the verdict appears where they reveal it."
         return self._verdict(known)
