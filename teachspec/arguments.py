@@ -68,7 +68,9 @@ def new_file(value: str) -> Path:
 def student_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("solution", type=notebook, help="the solution notebook")
     ap.add_argument("-o", "--out", type=new_file, default=None,
-                    help="where to write it (default: student/<name>.ipynb in the current folder)")
+                    help="where to write it (default: student/<name>.ipynb in the current folder); never the "
+                         "solution itself nor a file among the sources")
+    ap.add_argument("--force", action="store_true", help="overwrite OUT if it exists (never the solution)")
 
 
 def traces_arguments(ap: argparse.ArgumentParser) -> None:

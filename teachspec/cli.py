@@ -374,21 +374,16 @@ def cmd_course(args) -> None:
 
 
 def cmd_grading(args) -> None:
-    from teachspec.course.release import grading_copy, nbgrader_course, otter_course
+    from teachspec.course.release import nbgrader_course, otter_course, pytest_course
 
-    if args.grader == "pytest":
-        out = grading_copy(args.dest, args.out)
-        print(f"wrote {out}: the submission with the graded checks put back, hidden tests in; grade it with")
-        print(f"    pytest --nbval-lax --nbval-current-env {out}")
-        return
-    written = (nbgrader_course if args.grader == "nbgrader" else otter_course)(args.dest, force=args.force)
-    print(f"wrote {len(written)} files into {args.dest}")
-    if args.grader == "nbgrader":
-        print(f"then, for each assignment: cd {args.dest} && nbgrader generate_assignment NAME (INSTRUCTORS.md has "
-              f"the rest)")
-    else:
-        print(f"then, for each assignment: otter assign {args.dest}/NAME/NAME.ipynb dist/NAME "
-              f"(INSTRUCTORS.md has the rest)")
+    lay_out = {"nbgrader": nbgrader_course, "otter": otter_course, "pytest": pytest_course}[args.grader]
+    written = lay_out(args.dest, force=args.force)
+    print(f"wrote {len(written)} files into {args.dest}, among them teachspec_grading.json: the course's secret, "
+          f"for the grader only (never release it)")
+    print({"nbgrader": f"then, for each assignment: cd {args.dest} && nbgrader generate_assignment NAME",
+           "otter": f"then, for each assignment: otter assign {args.dest}/NAME/NAME.ipynb dist/NAME",
+           "pytest": f"then put the submitted notebooks under {args.dest} and run: pytest {args.dest}"}[args.grader]
+          + " (INSTRUCTORS.md has the rest)")
 
 
 # -- the parser -------------------------------------------------------------------------------------------------
@@ -534,16 +529,12 @@ def parser() -> Parser:
                         "instructor's copy, never for students (default: the student versions)")
     c.set_defaults(run=cmd_course, parser=c)
 
-    g = command(sub, "grading", help="lay the assignments out for a grader, solutions and hidden tests in: "
-                                     "nbgrader's course folder, Otter-Grader's master notebooks, or one submission "
-                                     "for pytest")
-    g.add_argument("grader", choices=("nbgrader", "otter", "pytest"),
-                   help="nbgrader or otter: write DEST; pytest: put the graded checks back into SUBMISSION")
-    g.add_argument("dest", type=Path, metavar="DEST|SUBMISSION",
-                   help="the folder to write into, or (pytest) a student's notebook")
-    g.add_argument("-o", "--out", type=new_file, default=None,
-                   help="pytest: where to write the copy to grade (default: NAME.grading.ipynb beside SUBMISSION)")
-    g.add_argument("--force", action="store_true", help="overwrite files already there")
+    g = command(sub, "grading", help="lay the assignments out for a grader, with the course's secret: nbgrader's "
+                                     "course folder, Otter-Grader's master notebooks, or a folder pytest grades")
+    g.add_argument("grader", choices=("nbgrader", "otter", "pytest"), help="the grader to lay the course out for")
+    g.add_argument("dest", type=Path, help="the folder to write into (never inside teachspec's sources)")
+    g.add_argument("--force", action="store_true",
+                   help="overwrite the course's files already there (the secret is kept)")
     g.set_defaults(run=cmd_grading, parser=g)
     return ap
 

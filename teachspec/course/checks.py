@@ -13,26 +13,56 @@ case failed, what was expected, what came back and the likely cause, instead of 
     check_dynamic_tree(grow)                   assignment 6: EAGLE-2's greedy dynamic tree
     check_tree_attention(tree_attention)       assignment 6: the mask and positions of the pass that checks it
 
-The judging is teachspec.course.grading's; the hidden tests run the same parts on more cases, from that file read
-afresh. A check called before the exercise is done (the function still raises NotImplementedError) says so and
-says what to do next. Every failure is a `CheckFailed`, an AssertionError, so nbgrader and pytest count it as a
-fail.
+The judging is teachspec.course.grading's, on the code of the notebook's cells run in a sandbox
+(teachspec.course.sandbox): in a notebook, the cells this kernel ran, in the order it ran them; elsewhere, the
+file that defines the answer. So a check sees what grading will see: teachspec's own answers cannot be imported
+there, and a function that never returns fails its part after `grading.Limits.seconds`. Grading runs the same
+parts on more cases, hidden, from the notebook's file, outside any kernel (teachspec.course.autograde); while it
+does, the checks in the notebook's own run say so and do nothing (GRADED_OUTSIDE).
+
+A check called before the exercise is done (the function still raises NotImplementedError) says so and says what
+to do next. Every failure is a `CheckFailed`, an AssertionError, so nbgrader and pytest count it as a fail.
 """
 
 from __future__ import annotations
 
+import inspect
+import os
 from collections.abc import Callable
+from pathlib import Path
 
-from teachspec.course.grading import KINDS, PARTS, CheckFailed, grade, reference_node_rule
+from teachspec.course.definitions import Definitions, from_sources
+from teachspec.course.grading import KINDS, PARTS, CheckFailed, judge, reference_node_rule
 
-__all__ = ["KINDS", "PARTS", "CheckFailed", "check", "check_acceptance_rule", "check_choose_k", "check_dfs_order",
+GRADED_OUTSIDE = "TEACHSPEC_GRADED_OUTSIDE"  # set by the autograder for the notebook's run: the verdicts are its own
+
+__all__ = ["GRADED_OUTSIDE", "KINDS", "PARTS", "CheckFailed", "check", "code_of", "check_acceptance_rule", "check_choose_k", "check_dfs_order",
            "check_dynamic_tree", "check_multi_draft_step", "check_radix", "check_rank_acceptance", "check_remove",
            "check_tree_attention", "reference_node_rule"]
 
 
 def check(part: str, answer) -> None:
-    """Run one graded part on the cases a student sees: prints `ok  PART: ...`, or raises CheckFailed."""
-    grade(part, answer, hidden=False)
+    """Run one graded part on the cases a student sees: prints `ok  PART: ...`, or raises CheckFailed. `answer` is
+    the student's function or class; what is judged is the code that defines it, run apart."""
+    if os.environ.get(GRADED_OUTSIDE) == "1":
+        print(f"{part}: graded outside this notebook's run, from its file")
+        return
+    print(judge(part, code_of(answer)))
+
+
+def code_of(answer) -> Definitions:
+    """The code that defines `answer`: in IPython, every cell this kernel ran, in order; else its file."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        get_ipython = None
+    shell = get_ipython() if get_ipython is not None else None
+    if shell is not None and getattr(shell, "history_manager", None) is not None:
+        return from_sources(list(shell.history_manager.input_hist_raw))
+    try:
+        return from_sources([Path(inspect.getsourcefile(answer)).read_text(encoding="utf-8")])
+    except (TypeError, OSError):
+        raise ValueError(f"the code that defines {answer!r} is not in a file or a notebook: check it from one")
 
 
 def _parts(prefix: str, answer, *names: str) -> None:

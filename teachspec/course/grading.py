@@ -1,59 +1,61 @@
-"""The graded parts of the six assignments, judged by code that trusts nothing the student's notebook can replace.
+"""The graded parts of the six assignments, judged here on answers computed where the student's code cannot reach.
 
 Each assignment is graded in parts, one property each, so that one bug costs its part and not the whole exercise:
 
-    grade("a1.decisions", speculative_step)      # returns quietly, or raises CheckFailed naming the likely cause
+    judge("a1.decisions", definitions(nb), secret)   # returns the verdict line, or raises CheckFailed naming the
+                                                     # case and the likely cause
 
-`teachspec.course.checks.check(part, answer)` runs the same part on the cases a student sees. A hidden test runs it
-on more cases, from this file read afresh, so that whatever the notebook replaced (`teachspec.course.checks`,
-`teachspec.theory.optimal_k`, `teachspec.radix.RadixCache`, `torch.multinomial`, ...) does not reach it:
+The student's code runs in a child interpreter (`teachspec.course.sandbox`), defined from the notebook's text
+(`teachspec.course.definitions`), never from a kernel the student's cells ran in. Three rules make a part hold:
 
-    from importlib.util import find_spec; from runpy import run_path
-    run_path(find_spec("teachspec.course.grading").origin)["grade"]("a1.decisions", speculative_step)
-
-Three rules make a part hold against a submission that tries to game it:
-
-- Its expected answers come from this file alone: small plain-Python references (it imports nothing from
-  teachspec; tests/test_assignments.py checks each against the library's own implementation), cases drawn from its
-  own random numbers (`Draws`, SplitMix64), compared in plain Python.
-- It refuses an answer that hands the exercise to teachspec's own implementation of it (`Part.forbidden`): it
-  follows what the answer can reach (its globals, closures, `__wrapped__`, methods and base classes) and compares
-  every function it finds with the library's code compiled afresh from its files, and while the answer runs, the
-  library's functions raise instead of answering.
+- Its expected answers come from this file: small plain-Python references (tests/test_assignments.py checks each
+  against the library's own implementation), on cases drawn from its own random numbers (`Draws`, SplitMix64),
+  compared here. Nothing is stored that a student could read: the answers are computed at grading time.
+- The visible cases come from a public seed (a student's `check` runs the same ones); the hidden cases from the
+  course's secret (`teachspec.course.autograde`), drawn at grading time. A submission that hard-codes the
+  answers to the visible cases fails the hidden ones.
 - It grades one thing. The other exercises an answer calls (`speculative_step` calls `residual`, `choose_k` calls
   `expected_speedup`, `rank_acceptance` calls `remove`, `best_hit_rate` calls `reused`, `grow` calls `confidence`
-  and `rerank`) are replaced by correct ones while it is graded (`STAND_INS`), and a part that judges one step of
-  a rule takes the student's other steps as they are.
+  and `rerank`) are replaced in the child by correct ones while it is graded (`STAND_INS`).
 
-What no test inside the student's kernel can stop: code that rewrites Python itself there (the import system,
-builtins, IPython's display of errors) or the installed files. Grade in a sandbox where teachspec is read-only
-(INSTRUCTORS.md).
+In the child, teachspec itself is not importable (the import is refused, with the reason), but for the narrow
+copies an exercise is offered (`OFFERS`: `sample`, say): handing the exercise to the library is closed as a class,
+not a list of names. Statistical parts judge frequencies within 5.5 standard errors per token (`agrees`): a false
+fail about once in 2.6e7 tokens, and a part judges at most 16 tokens, visible and hidden together, so a correct
+answer fails a part less than once in 1.6e6 gradings.
 """
 
 from __future__ import annotations
 
+import ast
 import contextlib
-import functools
 import hashlib
-import importlib
-import importlib.util
+import inspect
 import itertools
 import math
-import sys
 import textwrap
-import types
+from pathlib import Path
 
 import torch
+
+from teachspec.course.definitions import Definitions
+from teachspec.course.sandbox import Died, Limits, Raised, Remote, Sandbox, TimedOut
 
 WIDTH = 76  # with "CheckFailed: " in front, a line of the verdict fits the 90 columns nbgrader validate prints
 
 
 class CheckFailed(AssertionError):
-    """A part's verdict, worded for the student: which case failed, what was expected and the likely cause."""
+    """A part's verdict, worded for the student: which case failed, what was expected and the likely cause.
+    `causes` and `hidden` say it without the case, for a hidden case the student must not see."""
+
+    def __init__(self, message: str, causes: tuple[str, ...] = (), hidden: str = ""):
+        super().__init__(message)
+        self.causes, self.hidden = causes, hidden
 
 
-def fail(*paragraphs: str) -> None:
-    raise CheckFailed(wrap(*paragraphs))
+def fail(case: str, *causes: str, hidden: str = "") -> None:
+    """Fail the part: `case` says which case and what came back, `causes` the likely cause (no case in them)."""
+    raise CheckFailed(wrap(case, *causes), tuple(c for c in causes if c), hidden)
 
 
 def wrap(*paragraphs: str) -> str:
@@ -112,32 +114,67 @@ class Draws:
         return torch.Generator().manual_seed(self.bits() >> 1)
 
 
-def seed_of(part: str, hidden: bool) -> int:
-    return int.from_bytes(hashlib.sha256(f"{part}/{'hidden' if hidden else 'visible'}".encode()).digest()[:8], "big")
+def seed_of(part: str, secret: bytes | None = None) -> int:
+    """The seed of a part's cases: public for the visible ones, the course's secret mixed in for the hidden."""
+    key = f"{part}/visible".encode() if secret is None else secret + f"/{part}/hidden".encode()
+    return int.from_bytes(hashlib.sha256(key).digest()[:8], "big")
 
 
 # -- calling the student's code ----------------------------------------------------------------------------------
 
-REFUSED = "teachspec's grader refused a call to "
-
-
 def call(what: str, fn, *args, hints: dict | None = None):
-    """fn(*args); an answer not written yet, a refused delegation or a crash becomes a verdict that says so (with a
-    hint for the exception's type, from `hints`, where the likely cause is known)."""
+    """fn(*args) over in the sandbox; an answer not written yet, a refused import, a crash, an exit or a call that
+    does not come back becomes a verdict that says so (with a hint for the exception's type, from `hints`, where
+    the likely cause is known)."""
     try:
         return fn(*args)
-    except NotImplementedError:
+    except (Raised, TimedOut, Died) as e:
+        explain(what, args, e, hints)
+
+
+def call_many(what: str, fn: Remote, calls: list[tuple]) -> list:
+    """fn on each of `calls` in one message to the sandbox: a failure is explained with the call it failed on."""
+    try:
+        return fn.many(calls)
+    except (Raised, TimedOut, Died) as e:
+        explain(what, calls[getattr(e, "index", 0)], e, None)
+
+
+def explain(what: str, args: tuple, e: Exception, hints: dict | None) -> None:
+    """The verdict for a call that did not answer: raised, did not return, or ended the interpreter."""
+    if isinstance(e, TimedOut):
+        fail(f"Your function did not return in {e.seconds:g} s on this case: {case(what, args)}. Look for a loop "
+             f"that never ends for this input.", hidden=f"it did not return in {e.seconds:g} s")
+    if isinstance(e, Died):
+        fail(f"{what} stopped the grader's interpreter on this case: {case(what, args)}: {e.why}.",
+             f"What it printed last: {e.output[-600:]}" if e.output.strip() else "", hidden=e.why)
+    if "NotImplementedError" in e.kinds:
         fail(f"{what} still raises NotImplementedError: you have not written it yet. Replace `raise "
-             f"NotImplementedError()` in the exercise cell with your code, run that cell, then run this check again.")
-    except RuntimeError as e:
-        if str(e).startswith(REFUSED):
-            fail(f"{what} called {str(e)[len(REFUSED):]}, teachspec's own answer to this exercise. The check grades "
-                 f"your implementation: write the rule yourself (the library is there to read, not to call here).")
-        raise
-    except CheckFailed:
-        raise
-    except Exception as e:  # noqa: BLE001 -- any crash is the student's, reported with the case
-        fail(f"{what} raised {type(e).__name__}: {e}", (hints or {}).get(type(e), ""))
+             f"NotImplementedError()` in the exercise cell with your code, run that cell, then run this check "
+             f"again.", hidden="it still raises NotImplementedError")
+    if "ImportError" in e.kinds and e.message.startswith("teachspec is not importable"):
+        fail(f"{what}: {e.message}", hidden=e.message)
+    if e.kinds[0] in ("SystemExit", "KeyboardInterrupt"):
+        fail(f"{what} raised {e.kinds[0]} on this case: {case(what, args)}. A graded function must return its "
+             f"answer; exiting is a failed part.", hidden=f"it raised {e.kinds[0]}")
+    fail(f"{what} raised {e.kinds[0]}: {e.message} (on {case(what, args)})",
+         next((h for k, h in (hints or {}).items() if k in e.kinds), ""), hidden=f"it raised {e.kinds[0]}")
+
+
+def case(what: str, args: tuple) -> str:
+    """A call as the student would write it, shortened."""
+    text = f"{what.split('(')[0]}({', '.join(shown(a) for a in args)})"
+    return text if len(text) <= 400 else text[:397] + "..."
+
+
+def shown(v) -> str:
+    if isinstance(v, torch.Tensor):
+        return f"tensor({v.tolist()})"
+    if isinstance(v, torch.Generator):
+        return "generator"
+    if isinstance(v, Remote):
+        return "<your object>"
+    return repr(v)
 
 
 def close(a: float, b: float, tol: float = 1e-9) -> bool:
@@ -218,10 +255,17 @@ def a1_residual(residual, draws: Draws, hidden: bool) -> None:
         fail(f"residual(p={fmt(p)}, q={fmt(q)}): expected {fmt(want)}, got {fmt(got)}.", cause)
 
 
+def step_args(p: list[list[float]], q: list[list[float]], draft: list[int], draws: Draws) -> tuple:
+    return (torch.tensor(p, dtype=torch.float64), torch.tensor(q, dtype=torch.float64),
+            torch.tensor(draft, dtype=torch.long), draws.generator())
+
+
 def step(fn, p: list[list[float]], q: list[list[float]], draft: list[int], draws: Draws) -> list[int]:
     """One call of the student's speculative_step; its tokens as ints, checked for shape."""
-    out = call("speculative_step", fn, torch.tensor(p, dtype=torch.float64), torch.tensor(q, dtype=torch.float64),
-               torch.tensor(draft, dtype=torch.long), draws.generator())
+    return tokens_of(call("speculative_step", fn, *step_args(p, q, draft, draws)), draft)
+
+
+def tokens_of(out, draft: list[int]) -> list[int]:
     written("speculative_step", out)
     try:
         out = [int(t) for t in (out.tolist() if hasattr(out, "tolist") else out)]
@@ -258,7 +302,10 @@ def shared_uniform_law(p, q) -> list[float]:
 
 
 def runs(fn, p, q, n: int, draws: Draws) -> list[list[int]]:
-    return [step(fn, p, q, [draws.pick(row) for row in q], draws) for _ in range(n)]
+    """n steps, each on a draft drawn from q, in one message to the sandbox."""
+    drafts = [[draws.pick(row) for row in q] for _ in range(n)]
+    outs = call_many("speculative_step", fn, [step_args(p, q, d, draws) for d in drafts])
+    return [tokens_of(out, d) for out, d in zip(outs, drafts)]
 
 
 def a1_decisions(fn, draws: Draws, hidden: bool) -> None:
@@ -549,7 +596,7 @@ def a3_expected_speedup(expected_speedup, draws: Draws, hidden: bool) -> None:
               for _ in range(60 if hidden else 10)]
     for alpha, k, c in cases:
         got = call(f"expected_speedup(alpha={alpha}, k={k}, c={c})", expected_speedup, alpha, k, c, hints={
-            ZeroDivisionError: "The closed form (1 - alpha^(k+1)) / (1 - alpha) divides by zero at alpha = 1, where "
+            "ZeroDivisionError": "The closed form (1 - alpha^(k+1)) / (1 - alpha) divides by zero at alpha = 1, where "
                                "it is k + 1 (every guess accepted). Use the sum 1 + alpha + ... + alpha^k, or treat "
                                "alpha = 1 apart."})
         written("expected_speedup", got)
@@ -782,13 +829,14 @@ def a4_verify_node(verify_node, draws: Draws, hidden: bool) -> None:
     p, q = [0.45, 0.3, 0.15, 0.1], [0.1, 0.2, 0.3, 0.4]
     n = 4000 if hidden else 2000
     for kind in KINDS:
-        counts, accepted = [0] * 4, 0
+        counts, accepted, calls = [0] * 4, 0, []
         for _ in range(n):
             children = [draws.pick(q)]
             second = q if kind == "independent" else [0.0 if y == children[0] else v for y, v in enumerate(q)]
             children.append(draws.pick(second))
-            out = call("verify_node", verify_node, torch.tensor(p, dtype=torch.float64),
-                       torch.tensor(q, dtype=torch.float64), children, kind, draws.generator())
+            calls.append((torch.tensor(p, dtype=torch.float64), torch.tensor(q, dtype=torch.float64), children, kind,
+                          draws.generator()))
+        for (*_, children, _, _), out in zip(calls, call_many("verify_node", verify_node, calls)):
             written("verify_node", out)
             try:
                 index, token = out
@@ -1211,7 +1259,7 @@ def a6_rerank(rerank, draws: Draws, hidden: bool) -> None:
     for parents, tokens, conf, nodes in cases:
         where = f"rerank(parents={parents}, tokens={tokens}, confidences={fmt(conf)}, nodes={nodes})"
         got = tree_lists(call("rerank", rerank, list(parents), list(tokens), list(conf), nodes, hints={
-            KeyError: "A kept node whose parent was not kept? Ties go to the node drawn first, so a parent always "
+            "KeyError": "A kept node whose parent was not kept? Ties go to the node drawn first, so a parent always "
                       "ranks above its children."}), "rerank")
         want = rerank_of(parents, tokens, conf, nodes)
         if got == want:
@@ -1338,257 +1386,115 @@ def a6_positions(tree_attention, draws: Draws, hidden: bool) -> None:
 
 # -- the parts ---------------------------------------------------------------------------------------------------
 
-STEP = (("teachspec.speculative.verify", "verify"), ("teachspec.speculative.verify", "verify_batch"),
-        ("teachspec.speculative.verify", "acceptance_probability"), ("teachspec.speculative.tree", "verify_tree"),
-        ("teachspec.speculative.tree", "verify_children"), ("teachspec.course.harness", "buggy_rule"))
-NODE = (("teachspec.course.grading", "reference_node_rule"), ("teachspec.speculative.tree", "verify_children"),
-        ("teachspec.speculative.tree", "verify_tree"))
-RADIX = (("teachspec.radix.tree", "RadixCache"),)
-SCHEDULE = (("teachspec.radix.schedule", "order"), ("teachspec.radix.schedule", "_order"),
-            ("teachspec.radix.schedule", "_dfs"), ("teachspec.radix.schedule", "replay"),
-            ("teachspec.radix.schedule", "simulate"), ("teachspec.radix.schedule", "_run"),
-            ("teachspec.workloads", "best_hit_rate"), ("teachspec.workloads", "_shared"), *RADIX)
-DYNAMIC = (("teachspec.speculative.drafters", "grow_dynamic"), ("teachspec.speculative.drafters", "ModelDrafter"),
-           ("teachspec.speculative.eagle", "EagleDrafter"))
-MASK = (("teachspec.kv", "tree_mask"), ("teachspec.kv", "depths"), ("teachspec.speculative.tree", "TokenTree"),
-        ("teachspec.widgets.token_tree", "_mask"))
-
-
 class Part:
     """One graded property of one exercise."""
 
-    def __init__(self, answer: str, what: str, judge, leans_on: tuple[str, ...] = (),
-                 forbidden: tuple[tuple[str, str], ...] = ()):
+    def __init__(self, answer: str, what: str, judge, leans_on: tuple[str, ...] = ()):
         self.answer = answer          # the student's name for what is graded
-        self.what = what              # the property, as `ok` says it
+        self.what = what              # the property, as the verdict says it
         self.judge = judge            # judge(answer, draws, hidden) raises CheckFailed
         self.leans_on = leans_on      # other exercises it may call: correct ones stand in while it is graded
-        self.forbidden = forbidden    # (module, name): teachspec's own answer to it
 
 
 PARTS = {
-    "a1.residual": Part("residual", "the residual norm(max(0, p - q))", a1_residual,
-                        forbidden=(("teachspec.speculative.verify", "residual"),)),
+    "a1.residual": Part("residual", "the residual norm(max(0, p - q))", a1_residual),
     "a1.decisions": Part("speculative_step", "accept with min(1, p/q), a uniform each, stop at a rejection",
-                         a1_decisions, ("residual",), STEP),
+                         a1_decisions, ("residual",)),
     "a1.after_rejection": Part("speculative_step", "after a rejection, a token from the residual",
-                               a1_after_rejection, ("residual",), STEP),
-    "a1.bonus": Part("speculative_step", "all accepted: the bonus token from p_k", a1_bonus, ("residual",), STEP),
-    "a2.match_insert": Part("Radix", "match_prefix and insert share prefixes", a2_match_insert, forbidden=RADIX),
-    "a2.lru": Part("Radix", "evict removes the least recently used leaf first", a2_lru, forbidden=RADIX),
-    "a2.locks": Part("Radix", "locked nodes survive eviction", a2_locks, forbidden=RADIX),
-    "a2.cascade": Part("Radix", "whole nodes go, and parents left childless go too", a2_cascade, forbidden=RADIX),
-    "a3.expected_speedup": Part("expected_speedup", "the expected speedup, Theorem 3.8", a3_expected_speedup,
-                                forbidden=(("teachspec.theory", "speedup"), ("teachspec.theory", "expected_tokens"))),
+                               a1_after_rejection, ("residual",)),
+    "a1.bonus": Part("speculative_step", "all accepted: the bonus token from p_k", a1_bonus, ("residual",)),
+    "a2.match_insert": Part("Radix", "match_prefix and insert share prefixes", a2_match_insert),
+    "a2.lru": Part("Radix", "evict removes the least recently used leaf first", a2_lru),
+    "a2.locks": Part("Radix", "locked nodes survive eviction", a2_locks),
+    "a2.cascade": Part("Radix", "whole nodes go, and parents left childless go too", a2_cascade),
+    "a3.expected_speedup": Part("expected_speedup", "the expected speedup, Theorem 3.8", a3_expected_speedup),
     "a3.choose_k": Part("choose_k", "the best k in 0..k_max, the shorter on a tie", a3_choose_k,
-                        ("expected_speedup",), (("teachspec.theory", "optimal_k"),)),
-    "a4.remove": Part("remove", "q without a token, renormalised", a4_remove,
-                      forbidden=(("teachspec.speculative.tree", "_without"),)),
+                        ("expected_speedup",)),
+    "a4.remove": Part("remove", "q without a token, renormalised", a4_remove),
     "a4.ranks_independent": Part("rank_acceptance", "h_r for children drawn independently: p' the residual",
-                                 a4_ranks_independent, ("node_rule", "remove"), NODE),
+                                 a4_ranks_independent, ("node_rule", "remove")),
     "a4.ranks_without_replacement": Part("rank_acceptance", "h_r without replacement: given the rejected draws",
-                                         a4_ranks_without_replacement, ("node_rule", "remove"), NODE),
+                                         a4_ranks_without_replacement, ("node_rule", "remove")),
     "a4.verify_node": Part("verify_node", "one sampled step: the token leaving the node follows p", a4_verify_node,
-                           ("node_rule", "remove"), NODE),
-    "a5.reuse": Part("reused", "the prefix each request reuses from a cache that keeps everything", a5_reused,
-                     forbidden=SCHEDULE),
-    "a5.lpm": Part("lpm_order", "longest prefix match first, of prompt[:-1], ties by arrival", a5_lpm,
-                   forbidden=SCHEDULE),
+                           ("node_rule", "remove")),
+    "a5.reuse": Part("reused", "the prefix each request reuses from a cache that keeps everything", a5_reused),
+    "a5.lpm": Part("lpm_order", "longest prefix match first, of prompt[:-1], ties by arrival", a5_lpm),
     "a5.dfs_subtrees": Part("dfs_order", "a depth-first order: every subtree runs back to back, prefixes first",
-                            a5_dfs_subtrees, forbidden=SCHEDULE),
-    "a5.dfs_heaviest": Part("dfs_order", "the heaviest branch first, ties by the earliest arrival", a5_dfs_heaviest,
-                            forbidden=SCHEDULE),
+                            a5_dfs_subtrees),
+    "a5.dfs_heaviest": Part("dfs_order", "the heaviest branch first, ties by the earliest arrival", a5_dfs_heaviest),
     "a5.best": Part("best_hit_rate", "the best hit rate of any order: each distinct prefix computed once", a5_best,
-                    ("reused",), SCHEDULE),
+                    ("reused",)),
     "a6.confidence": Part("confidence", "a guess's confidence: the product of the draft's probabilities on its path",
-                          a6_confidence, forbidden=DYNAMIC),
+                          a6_confidence),
     "a6.rerank": Part("rerank", "the nodes most confident guesses, ties to the first drawn, in their old order",
-                      a6_rerank, forbidden=DYNAMIC),
+                      a6_rerank),
     "a6.grow": Part("grow", "each level expands the width most confident guesses of the level before", a6_grow,
-                    ("confidence", "rerank"), DYNAMIC),
-    "a6.mask": Part("tree_attention", "each node attends to itself and its ancestors, nothing else", a6_mask,
-                    forbidden=MASK),
-    "a6.positions": Part("tree_attention", "each node's position: the root's plus its depth", a6_positions,
-                         forbidden=MASK),
+                    ("confidence", "rerank")),
+    "a6.mask": Part("tree_attention", "each node attends to itself and its ancestors, nothing else", a6_mask),
+    "a6.positions": Part("tree_attention", "each node's position: the root's plus its depth", a6_positions),
 }
 
-STAND_INS = {"residual": torch_residual, "expected_speedup": speedup, "remove": torch_remove,
-             "node_rule": reference_node_rule(), "reused": lambda prompts, order: reuse_of(prompts, order),
-             "confidence": confidence_of, "rerank": lambda parents, tokens, confidences, nodes: rerank_of(
-                 parents, tokens, confidences, nodes)}
+# What of teachspec an assignment's code may import where it is graded: module -> (file, the names copied from it).
+# The handout uses them as given (`sample` in a1 and a4; a4 takes `residual` as assignment 1's answer).
+OFFERS = {
+    "a1": {"teachspec.sampling": ("sampling.py", ("sample",))},
+    "a4": {"teachspec.sampling": ("sampling.py", ("sample",)),
+           "teachspec.speculative": ("speculative/verify.py", ("residual",))},
+}
+
+# The correct versions that stand in for the other exercises a part's answer calls, as the code the sandbox runs:
+# this file's references, copied by their source.
+STAND_IN_SOURCES = (residual_of, torch_residual, speedup, torch_remove, reference_node_rule, common, reuse_of,
+                    confidence_of, rerank_of)
+STAND_INS = """
+residual = torch_residual
+expected_speedup = speedup
+remove = torch_remove
+node_rule = reference_node_rule()
+reused = lambda prompts, order: reuse_of(prompts, order)
+confidence = confidence_of
+rerank = lambda parents, tokens, confidences, nodes: rerank_of(parents, tokens, confidences, nodes)
+"""
 
 
-def grade(part: str, answer, hidden: bool = True) -> None:
-    """Judge one part of an assignment; raises CheckFailed with what went wrong and its likely cause."""
+def offers(part: str) -> dict[str, str]:
+    """The narrow modules `part`'s code may import, as code: each offered function copied from teachspec's file."""
+    root, out = Path(__file__).resolve().parents[1], {}
+    for module, (file, names) in OFFERS.get(part.split(".")[0], {}).items():
+        text = (root / file).read_text(encoding="utf-8")
+        tree = ast.parse(text)
+        kept = [ast.get_source_segment(text, node) for node in tree.body
+                if isinstance(node, ast.FunctionDef) and node.name in names]
+        out[module] = "from __future__ import annotations\n\nimport torch\n\n\n" + "\n\n\n".join(kept) + "\n"
+    return out
+
+
+def stand_ins() -> str:
+    return "import torch\n\n\n" + "\n\n".join(inspect.getsource(f) for f in STAND_IN_SOURCES) + STAND_INS
+
+
+def judge(part: str, code: Definitions, secret: bytes | None = None, limits: Limits = Limits(),
+          denied: tuple[str, ...] = ()) -> str:
+    """Judge one part of an assignment on the code `code` defines, run in a sandbox: its visible cases, then, given
+    the course's `secret`, its hidden ones. Returns the verdict line; raises CheckFailed with what went wrong and
+    its likely cause, never showing a hidden case."""
     if part not in PARTS:
         raise ValueError(f"part must be one of {sorted(PARTS)}, got {part!r}")
     spec = PARTS[part]
-    if answer is None:
-        fail(f"{spec.answer} is not defined: run the exercise cell that defines it first.")
-    culprit = delegates_to(answer, spec)
-    if culprit:
-        fail(f"{spec.answer} reaches {culprit}, teachspec's own answer to this exercise. The check grades your "
-             f"implementation: write the rule yourself (the library is there to read, not to call here).")
-    with standing_in(answer, spec.leans_on), refusing(spec.forbidden):
-        spec.judge(answer, Draws(seed_of(part, hidden)), hidden)
-    if not hidden:
-        print(f"ok  {part}: {spec.what}")
-
-
-# -- who is answering: delegation and stand-ins ------------------------------------------------------------------
-
-def namespace(answer) -> dict | None:
-    """The notebook's globals, where the student's functions and classes were defined."""
-    if isinstance(answer, types.FunctionType):
-        return answer.__globals__
-    if isinstance(answer, type):
-        return next((f.__globals__ for f in vars(answer).values() if isinstance(f, types.FunctionType)), None)
-    return None
-
-
-def codes(code: types.CodeType):
-    yield code
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            yield from codes(const)
-
-
-def fingerprint(code: types.CodeType) -> tuple:
-    return getattr(code, "co_qualname", code.co_name), code.co_code, code.co_names
-
-
-@functools.lru_cache(maxsize=None)
-def pristine(module: str, name: str) -> frozenset:
-    """The fingerprints of `name` (and every function inside it) in `module`, compiled afresh from its file, so
-    that no replacement in the running kernel changes them."""
-    origin = importlib.util.find_spec(module).origin
-    with open(origin, encoding="utf-8") as f:
-        top = compile(f.read(), origin, "exec", dont_inherit=True)
-    return frozenset(fingerprint(c) for const in top.co_consts if isinstance(const, types.CodeType)
-                     and const.co_name == name for c in codes(const))
-
-
-def reach(answer, skip: tuple[str, ...]) -> list:
-    """Everything the answer can call: the functions and classes it names (following modules, closures, defaults,
-    `__wrapped__`, methods and base classes), descending only into the notebook's own code."""
-    home, seen, todo, found = namespace(answer), set(), [(answer, ())], []
-    while todo:
-        obj, names = todo.pop()
-        if obj is None or id(obj) in seen:
-            continue
-        seen.add(id(obj))
-        found.append(obj)
-        if isinstance(obj, types.ModuleType):
-            for n in names:
-                with contextlib.suppress(Exception):
-                    todo.append((getattr(obj, n), names))
-        elif isinstance(obj, types.FunctionType):
-            todo.append((getattr(obj, "__wrapped__", None), ()))
-            if obj.__globals__ is not home:
-                continue  # library code: compared below, not followed
-            used = tuple({n for c in codes(obj.__code__) for n in c.co_names})
-            todo += [(obj.__globals__[n], used) for n in used if n in obj.__globals__ and n not in skip]
-            todo += [(cell.cell_contents, used) for cell in obj.__closure__ or () if cell_full(cell)]
-            todo += [(d, used) for d in (obj.__defaults__ or ()) + tuple((obj.__kwdefaults__ or {}).values())]
-        elif isinstance(obj, type):
-            todo += [(base, names) for base in obj.__bases__ if base is not object]
-            if namespace(obj) is home:
-                todo += [(member, names) for member in vars(obj).values()]
-        elif isinstance(obj, (staticmethod, classmethod, types.MethodType)):
-            todo.append((obj.__func__, names))
-        elif isinstance(obj, property):
-            todo += [(obj.fget, names), (obj.fset, names)]
-        elif isinstance(obj, functools.partial):
-            todo += [(obj.func, names), *[(a, names) for a in obj.args], *[(v, names) for v in obj.keywords.values()]]
-        elif isinstance(obj, (list, tuple, set, frozenset)) and len(obj) < 1000:
-            todo += [(item, names) for item in obj]
-        elif isinstance(obj, dict) and len(obj) < 1000 and "__builtins__" not in obj:  # not a whole namespace
-            todo += [(item, names) for item in obj.values()]
-        elif not isinstance(obj, (types.BuiltinFunctionType, int, float, complex, str, bytes)):
-            todo.append((type(obj), names))  # an instance: its class (a RadixCache kept in a global, say)
-    return found
-
-
-def cell_full(cell) -> bool:
     try:
-        cell.cell_contents
-        return True
-    except ValueError:
-        return False
-
-
-def delegates_to(answer, spec: Part) -> str | None:
-    """The library function the answer hands the exercise to, if any."""
-    prints = {}
-    for module, name in spec.forbidden:
-        prints.update(dict.fromkeys(pristine(module, name), f"{module}.{name}"))
-    for obj in reach(answer, spec.leans_on):
-        functions = [obj] if isinstance(obj, types.FunctionType) else [
-            f for f in vars(obj).values() if isinstance(f, types.FunctionType)] if isinstance(obj, type) else []
-        for f in functions:
-            if fingerprint(f.__code__) in prints:
-                return prints[fingerprint(f.__code__)]
-        if isinstance(obj, types.FunctionType) and obj.__globals__ is namespace(answer):
-            # a local `from teachspec... import <name>` inside the student's own function
-            used = {n for c in codes(obj.__code__) for n in c.co_names}
-            if any(n == "teachspec" or n.startswith("teachspec.") for n in used):
-                hit = next((f"{m}.{n}" for m, n in spec.forbidden if n in used), None)
-                if hit:
-                    return hit
-    return None
-
-
-@contextlib.contextmanager
-def standing_in(answer, names: tuple[str, ...]):
-    """While one part is graded, the notebook's other exercises that it calls are replaced by correct ones, so
-    that a bug in those costs their own part only."""
-    home, saved = namespace(answer), {}
-    try:
-        for n in names:
-            if home is not None and isinstance(home.get(n), types.FunctionType) and home[n].__globals__ is home:
-                saved[n], home[n] = home[n], STAND_INS[n]
-        yield
-    finally:
-        for n, f in saved.items():
-            home[n] = f
-
-
-HEAVY = {"teachspec.course.harness", "teachspec.workloads", "teachspec.kv", "teachspec.speculative.drafters",
-         "teachspec.speculative.eagle", "teachspec.widgets.token_tree"}
-# ^ scipy, transformers or the widgets take seconds to import: refused at run time only once the notebook has
-# imported them (`reach` still finds them wherever the answer names them)
-
-
-def refusal(name: str) -> types.CodeType:
-    source = f"def refused(*args, **kwargs):\n    raise RuntimeError({REFUSED + name!r})\n"
-    return next(c for c in compile(source, "<grader>", "exec", dont_inherit=True).co_consts
-                if isinstance(c, types.CodeType))
-
-
-@contextlib.contextmanager
-def refusing(forbidden: tuple[tuple[str, str], ...]):
-    """While the answer runs, teachspec's own answers to the exercise raise instead of answering: a call that the
-    walk in `reach` did not see (by a name built at run time, say) still cannot pass."""
-    undo = []
-    try:
-        for module, name in forbidden:
-            try:
-                loaded = sys.modules.get(module) or (None if module in HEAVY else importlib.import_module(module))
-                obj = getattr(loaded, name)
-            except Exception:  # noqa: BLE001 -- nothing there to refuse
-                continue
-            prints = pristine(module, name)
-            if isinstance(obj, types.FunctionType) and not obj.__code__.co_freevars and \
-                    fingerprint(obj.__code__) in prints:
-                undo.append((obj, "__code__", obj.__code__))
-                obj.__code__ = refusal(f"{module}.{name}")
-            elif isinstance(obj, type):
-                for attr, member in list(vars(obj).items()):
-                    if isinstance(member, types.FunctionType) and fingerprint(member.__code__) in prints:
-                        undo.append((obj, attr, member))
-                        refused = types.FunctionType(refusal(f"{module}.{name}"), {"__builtins__": __builtins__})
-                        setattr(obj, attr, refused)
-        yield
-    finally:
-        for target, attr, value in reversed(undo):
-            setattr(target, attr, value)
+        with Sandbox(code.code, offers(part), stand_ins(), spec.leans_on, limits, denied) as box:
+            answer = box.answer(spec.answer)
+            if answer is None:
+                fail(f"{spec.answer} is not defined: write it in its exercise cell (a def or class at the top "
+                     f"level of a cell is what is graded).", *box.notes[-3:], *code.notes)
+            spec.judge(answer, Draws(seed_of(part)), False)
+            if secret is not None:
+                try:
+                    spec.judge(answer, Draws(seed_of(part, secret)), True)
+                except CheckFailed as e:
+                    raise CheckFailed(wrap(f"{spec.answer} passes the visible cases of {part} ({spec.what}) but "
+                                           f"not a hidden one{': ' + e.hidden if e.hidden else '.'}", *e.causes),
+                                      e.causes, e.hidden) from None
+    except (Raised, TimedOut, Died) as e:  # outside a call: reading an attribute, or the definitions themselves
+        explain(spec.answer, (), e, None)
+    return f"ok  {part}: {spec.what}" + (" (visible and hidden cases)" if secret is not None else "")

@@ -3,35 +3,38 @@
 
     teachspec grading nbgrader my-grading    # nbgrader_config.py and source/<assignment>/<assignment>.ipynb
     teachspec grading otter my-grading       # Otter-Grader master notebooks: <assignment>/<assignment>.ipynb
-    teachspec grading pytest alice/a1_acceptance_rule.ipynb -o alice-a1.ipynb   # for pytest --nbval-lax
+    teachspec grading pytest my-grading      # conftest.py: `pytest my-grading` grades the notebooks put under it
 
-nbgrader reads the source notebooks as they are: `### BEGIN SOLUTION` regions, graded cells (metadata
-nbgrader.grade, points) whose `### BEGIN HIDDEN TESTS` regions it removes from the release. The configuration
-written beside them gives the notebooks time to run their models and makes feedback show each failed check's
-message without the hidden tests (`teachspec.course.feedback`).
+Each layout also writes the course's file (`autograde.COURSE_FILE`: the secret the hidden cases are drawn from,
+and the grader's hashes), readable by its owner only, and never into what is released to students. Every grader
+then grades the same way (`teachspec.course.autograde`): each part judged from the submission's file in a
+sandbox before the notebook runs.
+
+nbgrader reads the source notebooks as they are: `### BEGIN SOLUTION` regions and graded cells (metadata
+nbgrader.grade, points), each a visible `check(...)` that names its part. The configuration written beside them
+puts teachspec's judge around nbgrader's Execute, gives the notebooks time to run their models, and makes
+feedback show each failed check's message without a traceback (`teachspec.course.feedback`).
 
 Otter-Grader has a format of its own (`otter assign`): a raw `# ASSIGNMENT CONFIG` cell, then per question raw
 `# BEGIN QUESTION` / `# BEGIN SOLUTION` / `# BEGIN TESTS` cells around the prompt, the solution and its test
-cells. `otter_master` translates: each exercise cell becomes a question, each graded check after it two test
-cases, the visible check (public, no points) and the hidden one (its points), and each written answer a manually
-graded question.
-
-For plain pytest, `for_grading` does what nbgrader's autograder does to a submission: the student's notebook with
-its graded cells put back as the instructor wrote them, hidden tests in, so that `pytest --nbval-lax` runs them.
-INSTRUCTORS.md says how to release, collect and grade with each.
+cells. `otter_master` translates: each exercise cell becomes a question, each graded check after it a test case
+with its points (decided by teachspec's plugin, `teachspec.course.otter_plugin`), and each written answer a
+manually graded question. INSTRUCTORS.md says how to release, collect and grade with each.
 """
 
 from __future__ import annotations
 
 import ast
 import builtins
+import json
 from pathlib import Path
 
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_raw_cell
 
+from teachspec.course.autograde import PART, hashes, lay_out
 from teachspec.course.materials import sources
-from teachspec.course.student import BEGIN, BEGIN_HIDDEN, END, END_HIDDEN
+from teachspec.course.student import BEGIN, END, outside_sources
 
 NBGRADER_CONFIG = '''\
 # nbgrader's configuration for the teachspec assignments, written by `teachspec grading nbgrader`.
@@ -40,11 +43,27 @@ c = get_config()  # noqa: F821 -- nbgrader defines it
 
 c.CourseDirectory.course_id = "teachspec"
 
-# Assignment 3 loads a model and times it: give a cell minutes, not nbgrader's 30 seconds.
-c.Execute.timeout = 600
+import os
 
-# Feedback shows each failed check's message, not the hidden tests: the hidden-test regions are cleared, and an
-# error keeps its last line (the verdict) without the traceback, which quotes the cell's code.
+# The graded parts are judged from the submission's file, in teachspec's sandbox, before the notebook runs (and
+# each within its own time limit); the notebook's run then leaves its checks to those verdicts.
+c.JudgeFirst.course_file = os.path.join(os.path.dirname(__file__), "teachspec_grading.json")
+c.Autograde.autograde_preprocessors = [
+    "teachspec.course.autograde.JudgeFirst",
+    "nbgrader.preprocessors.Execute",
+    "nbgrader.preprocessors.IgnorePattern",
+    "nbconvert.preprocessors.ClearMetadataPreprocessor",
+    "nbgrader.preprocessors.LimitOutput",
+    "teachspec.course.autograde.VerdictsOfRecord",
+    "nbgrader.preprocessors.SaveAutoGrades",
+    "nbgrader.preprocessors.AssignLatePenalties",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
+
+# Assignment 3 loads a model and times it: give a cell minutes, not nbgrader's 30 seconds.
+c.Execute.timeout = 300
+
+# Feedback shows each failed check's message: an error keeps its last line (the verdict) without the traceback.
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     "nbgrader.preprocessors.ClearHiddenTests",
@@ -60,6 +79,8 @@ def assignments() -> list[Path]:
 
 
 def _refuse_overwrite(files: list[Path], force: bool) -> None:
+    for f in files:
+        outside_sources(f)
     there = [f for f in files if f.exists()]
     if there and not force:
         raise ValueError(f"{there[0]} exists (and {len(there) - 1} more of the files to write); choose a new folder, "
@@ -76,7 +97,7 @@ def nbgrader_course(dest: str | Path, force: bool = False) -> list[Path]:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(solution.read_bytes())
     files[0].write_text(NBGRADER_CONFIG)
-    return files
+    return files + [lay_out(dest)]
 
 
 def otter_course(dest: str | Path, force: bool = False) -> list[Path]:
@@ -85,42 +106,29 @@ def otter_course(dest: str | Path, force: bool = False) -> list[Path]:
     solutions = assignments()
     files = [dest / s.stem / s.name for s in solutions]
     _refuse_overwrite(files, force)
+    course_file = lay_out(dest)
+    secret = json.loads(course_file.read_text())["secret"]
     for solution, target in zip(solutions, files):
         target.parent.mkdir(parents=True, exist_ok=True)
-        nbformat.write(otter_master(nbformat.read(solution, as_version=4), solution.stem), target)
-    return files
+        nbformat.write(otter_master(nbformat.read(solution, as_version=4), solution.stem, secret), target)
+    return files + [course_file]
 
 
-def for_grading(submission: nbformat.NotebookNode, solution: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    """The student's notebook with every graded check cell (matched by grade_id) as the solution notebook has it,
-    hidden tests in: the student's code and written answers, the instructor's checks."""
-    checks = {_nbgrader(c)["grade_id"]: c for c in solution.cells
-              if _nbgrader(c).get("grade") and c.cell_type == "code"}
-    out = nbformat.from_dict(submission)
-    missing = set(checks)
-    for cell in out.cells:
-        grade_id = _nbgrader(cell).get("grade_id")
-        if grade_id in checks:
-            cell.source, cell.metadata["nbgrader"] = checks[grade_id].source, checks[grade_id].metadata["nbgrader"]
-            cell.outputs, cell.execution_count = [], None
-            missing.discard(grade_id)
-    if missing:
-        raise ValueError(f"the submission has no cell for the graded checks {sorted(missing)}: it is not a copy of "
-                         f"this assignment, or its nbgrader metadata was lost")
-    return out
+PYTEST_CONFTEST = '''"""Grading with pytest, written by `teachspec grading pytest`: put the submitted notebooks anywhere under this
+folder (submitted/<student>/<assignment>.ipynb, say) and run `pytest` on it. teachspec_grading.json beside this
+file holds the course's secret: keep it, and this folder, away from students."""
+from teachspec.course.pytest_grading import pytest_collect_file, pytest_terminal_summary  # noqa: F401
+'''
 
 
-def grading_copy(submission: str | Path, out: str | Path | None = None) -> Path:
-    """Write `for_grading` of the submission at `submission`, its assignment found by file name, to `out`
-    (default: <name>.grading.ipynb beside it)."""
-    submission = Path(submission)
-    solution = next((s for s in assignments() if s.name == submission.name), None)
-    if solution is None:
-        raise ValueError(f"{submission.name!r} is not the name of an assignment: one of "
-                         f"{[s.name for s in assignments()]}")
-    out = Path(out) if out is not None else submission.with_suffix(".grading.ipynb")
-    nbformat.write(for_grading(nbformat.read(submission, as_version=4), nbformat.read(solution, as_version=4)), out)
-    return out
+def pytest_course(dest: str | Path, force: bool = False) -> list[Path]:
+    """A folder that pytest grades: conftest.py, and the course's file."""
+    dest = Path(dest)
+    files = [dest / "conftest.py"]
+    _refuse_overwrite(files, force)
+    dest.mkdir(parents=True, exist_ok=True)
+    files[0].write_text(PYTEST_CONFTEST)
+    return files + [lay_out(dest)]
 
 
 # -- nbgrader's format to Otter-Grader's -------------------------------------------------------------------------
@@ -128,6 +136,8 @@ def grading_copy(submission: str | Path, out: str | Path | None = None) -> Path:
 OTTER_CONFIG = """\
 # ASSIGNMENT CONFIG
 name: {name}
+plugins:               # teachspec judges the graded tests from the submission's file (teachspec.course.otter_plugin)
+  - teachspec.course.otter_plugin.Judge: {plugin}
 init_cell: true        # `import otter; grader = otter.Notebook(...)` at the top of the student's copy
 check_all_cell: false
 export_cell: false     # students hand in the .ipynb itself; no PDF
@@ -165,15 +175,19 @@ def free_names(code: str) -> list[str]:
     return sorted({n for n in read if n not in bound and not hasattr(builtins, n)})
 
 
-def _test_cell(name: str, code: str, points: float, hidden: bool) -> nbformat.NotebookNode:
+def _test_cell(name: str, code: str, points: float, hidden: bool = False) -> nbformat.NotebookNode:
     body = "\n".join("    " + line if line.strip() else "" for line in code.strip("\n").splitlines())
     return new_code_cell(f'""" # BEGIN TEST CONFIG\npoints: {points}\nhidden: {str(hidden).lower()}\n'
                          f'""" # END TEST CONFIG\ndef {name}({", ".join(free_names(code))}):\n{body}')
 
 
-def otter_master(nb: nbformat.NotebookNode, name: str) -> nbformat.NotebookNode:
-    """The solution notebook `nb` in Otter Assign's format."""
-    cells, source = [new_raw_cell(OTTER_CONFIG.format(name=name))], list(nb.cells)
+def otter_master(nb: nbformat.NotebookNode, name: str, secret: str) -> nbformat.NotebookNode:
+    """The solution notebook `nb` in Otter Assign's format, its graded tests decided by teachspec's plugin with the
+    course's `secret`."""
+    tests = {f"test_{_nbgrader(c)['grade_id']}": PART.search(c.source).group(1) for c in nb.cells
+             if c.cell_type == "code" and _nbgrader(c).get("grade")}
+    plugin = json.dumps({"secret": secret, "files": hashes(), "tests": tests})
+    cells, source = [new_raw_cell(OTTER_CONFIG.format(name=name, plugin=plugin))], list(nb.cells)
     i = 0
     while i < len(source):
         cell, meta = source[i], _nbgrader(source[i])
@@ -187,10 +201,7 @@ def otter_master(nb: nbformat.NotebookNode, name: str) -> nbformat.NotebookNode:
                       new_raw_cell("# BEGIN TESTS")]
             for check in checks:
                 grade_id, points = _nbgrader(check)["grade_id"], _nbgrader(check)["points"]
-                visible, _, rest = check.source.partition(BEGIN_HIDDEN)
-                hidden = rest.partition(END_HIDDEN)[0]
-                cells += [_test_cell(f"test_{grade_id}", visible, 0, hidden=False),
-                          _test_cell(f"test_{grade_id}_hidden", hidden, points, hidden=True)]
+                cells.append(_test_cell(f"test_{grade_id}", check.source, points))
             cells += [new_raw_cell("# END TESTS"), new_raw_cell("# END QUESTION")]
         elif cell.cell_type == "markdown" and meta.get("grade"):  # a written answer, graded by hand
             prompt = [cells.pop()] if cells and cells[-1].cell_type == "markdown" else []

@@ -9,9 +9,10 @@ A solution notebook is written once, in teachspec/course/sources/. In its code c
 and in markdown cells a `### BEGIN SOLUTION` region becomes "YOUR ANSWER HERE". Outputs and execution counts are
 cleared. The markers are nbgrader's own, so the same notebook also works with `nbgrader generate_assignment`.
 
-    teachspec student teachspec/course/sources/a1_acceptance_rule.ipynb [-o OUT.ipynb]
+    teachspec student teachspec/course/sources/a1_acceptance_rule.ipynb [-o OUT.ipynb] [--force]
 
-writes OUT (default: student/<name>.ipynb in the current folder). The student versions in notebooks/assignments/
+writes OUT (default: student/<name>.ipynb in the current folder). It never writes over its input or into the
+sources folder, and over another file only with --force. The student versions in notebooks/assignments/
 are this function's output for every source, committed so that the course a student browses holds no solution;
 `refresh()` remakes them, and tests/test_assignments.py checks that they are what the sources give today.
 """
@@ -84,11 +85,29 @@ def student_text(solution: Path) -> str:
     return text if text.endswith("\n") else text + "\n"
 
 
-def write(solution: Path, out: Path | None = None) -> Path:
+SOURCES = Path(__file__).resolve().parent / "sources"
+
+
+def outside_sources(path: Path) -> Path:
+    """`path`, unless it is inside the folder of the solution notebooks, which nothing here writes into."""
+    real = Path(path).resolve()
+    if real == SOURCES or SOURCES in real.parents:
+        raise ValueError(f"{path} is inside {SOURCES}, the solution notebooks: write somewhere else")
+    return Path(path)
+
+
+def write(solution: Path, out: Path | None = None, force: bool = False) -> Path:
     """Write the student version of the notebook at `solution` to `out` (default: student/<name>.ipynb in the
-    current folder, never beside a solution that an installed package holds)."""
+    current folder). Refused, before anything is written: `out` being the solution itself or inside the sources
+    folder, and an existing `out` without `force`."""
     solution = Path(solution)
     out = Path(out) if out is not None else Path("student") / solution.name
+    if out.resolve() == solution.resolve():
+        raise ValueError(f"{out} is the solution notebook itself: writing the student version there would erase "
+                         f"the solution; give another -o")
+    outside_sources(out)
+    if out.exists() and not force:
+        raise ValueError(f"{out} exists: choose another -o, or pass --force to overwrite it")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(student_text(solution), encoding="utf-8")
     return out
@@ -117,7 +136,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def command(args) -> None:
     """`teachspec student`, its arguments parsed (`teachspec.arguments.student_arguments`)."""
-    print(f"wrote {write(args.solution, args.out)}")
+    print(f"wrote {write(args.solution, args.out, args.force)}")
 
 
 if __name__ == "__main__":
