@@ -88,7 +88,7 @@ def pin_arguments(ap: argparse.ArgumentParser) -> None:
 
 # name -> (the line the command list shows, the arguments)
 COURSE = {
-    "student": ("write the student version of an assignment (solutions out, tests hidden)", student_arguments),
+    "student": ("write the student version of an assignment (solutions out)", student_arguments),
     "traces": ("re-record the traces the notebooks replay", traces_arguments),
     "pin": ("run notebooks top to bottom and keep every output a page that runs nothing can show", pin_arguments),
 }

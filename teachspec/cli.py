@@ -9,7 +9,7 @@
     teachspec serve --speculate model                # vLLM's server on the bundled pair, until Ctrl-C
     teachspec course my-course                       # the notebooks, assignments and traces, ready to open
     teachspec course my-key --with-solutions         # the instructor's copy: solutions, INSTRUCTORS.md
-    teachspec grading nbgrader my-grading            # the assignments laid out for nbgrader (or: otter)
+    teachspec grading nbgrader my-grading            # the assignments laid out for nbgrader (or: otter, pytest)
     teachspec student assignments/a1_acceptance_rule.ipynb   # the student version of an assignment
     teachspec traces                                 # re-record the traces the notebooks replay
     teachspec pin 05_radix_attention.ipynb           # run a notebook, keep its outputs for readers without a kernel
@@ -368,7 +368,7 @@ def cmd_course(args) -> None:
     written = write_course(args.dest, force=args.force, solutions=args.with_solutions)
     print(f"wrote {len(written)} files into {args.dest}")
     if args.with_solutions:
-        print("the assignments hold their solutions and hidden tests, for instructors only (INSTRUCTORS.md says how "
+        print("the assignments hold their solutions, for instructors only (INSTRUCTORS.md says how "
               "to grade them); students get `teachspec course DEST`")
     print(opening(args.dest))
 
@@ -525,7 +525,7 @@ def parser() -> Parser:
                    help="the folder to write into (default: teachspec-course/ in the current folder)")
     c.add_argument("--force", action="store_true", help="overwrite course files already in the folder")
     c.add_argument("--with-solutions", action="store_true",
-                   help="write the assignments with their solutions and hidden tests, and INSTRUCTORS.md: the "
+                   help="write the assignments with their solutions, and INSTRUCTORS.md: the "
                         "instructor's copy, never for students (default: the student versions)")
     c.set_defaults(run=cmd_course, parser=c)
 

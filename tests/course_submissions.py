@@ -1,6 +1,6 @@
 """Submissions to grade, made from the instructor's sources (teachspec/course/sources/): the solution itself, a blank
-one, each classic bug, and the ways a student might game the checks. Shared by tests/test_assignments.py and
-tests/test_grading_round_trip.py.
+one, each classic bug, and the ways a student might game the checks and the grader. Shared by
+tests/test_assignments.py and tests/test_grading_round_trip.py.
 
 A bug is a text edit of one exercise cell of the solution (its nbgrader grade_id), so that the same bug can be
 put into any copy of the notebook: the instructor's, nbgrader's release or Otter-Grader's student version.
@@ -15,7 +15,7 @@ import nbformat
 from teachspec.course.student import BEGIN, BEGIN_HIDDEN, END, END_HIDDEN, student_version
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = ROOT / "teachspec" / "course" / "sources"      # the instructor's: solutions and hidden tests in
+SOURCES = ROOT / "teachspec" / "course" / "sources"      # the instructor's: solutions in
 STUDENT_COPIES = ROOT / "notebooks" / "assignments"     # what a student browses, made from SOURCES
 ASSIGNMENTS = {path.stem.split("_")[0]: path for path in sorted(SOURCES.glob("a*.ipynb"))}
 
@@ -182,10 +182,6 @@ BUGS: dict[str, dict[str, tuple[str, list[tuple[str, str]], set[str], str]]] = {
 # One classic bug per assignment for the graders' round trips.
 ROUND_TRIP_BUG = {"a1": "resample from p, not the residual", "a2": "locks ignored", "a3": "k = 0 left out",
                   "a4": "p' never updated", "a5": "branches in token order", "a6": "the causal mask"}
-
-# The gaming submissions the graders' round trip also grades with nbgrader, by assignment.
-ROUND_TRIP_GAMING = {"a2": "a2 replaces the check functions", "a5": "a5 dfs_order delegates to "
-                     "teachspec.radix.schedule.order", "a6": "a6 tree_attention hands the positions to TokenTree"}
 
 # Ways to game the checks: name -> (assignment, what it starts from: the solution (None), "blank" or a bug, the
 # exercise cell its code is appended to, the code, the parts it must not earn).
@@ -356,3 +352,74 @@ def exercises(assignment: str) -> list[str]:
     nb = nbformat.read(ASSIGNMENTS[assignment], as_version=4)
     return [c.metadata["nbgrader"]["grade_id"] for c in nb.cells
             if c.cell_type == "code" and c.get("metadata", {}).get("nbgrader", {}).get("solution")]
+
+
+def answers(part: str, secret: bytes | None = None, code: str = "") -> dict[tuple, object]:
+    """The cases of a part and their right answers, as a student can compute them from the installed package (and
+    a secret, had it leaked): the judge run in this process on a function that records each call and answers it
+    correctly. Without a secret, the visible cases."""
+    from teachspec.course import grading
+
+    right = {"a3.choose_k": grading.best_k}[part]
+    table: dict[tuple, object] = {}
+
+    def answer(*args):
+        table[args] = right(*args)
+        return table[args]
+
+    grading.PARTS[part].judge(answer, grading.Draws(grading.seed_of(part, secret, code)), secret is not None)
+    return table
+
+
+def hard_coded_choose_k(table: dict | None = None) -> str:
+    """choose_k as a table of answers (default: the visible cases'): right wherever the table looks, nowhere
+    else."""
+    table = answers("a3.choose_k") if table is None else table
+    return f"TABLE = {table!r}\n\ndef choose_k(alpha, c, k_max=8):\n    return TABLE.get((alpha, c, k_max), 1)"
+
+
+# Ways to game the grader itself, each graded by nbgrader and by Otter-Grader in the graders' round trips
+# (tests/test_grading_round_trip.py): name -> (assignment, base, exercise cell, code, the parts it must not earn).
+# The code may be a function of no arguments that returns it (computed when the round trip runs).
+GRADER_GAMING = {
+    "a1 residual is the grader's own reference": ("a1", "blank", "residual", (
+        "from teachspec.course.grading import torch_residual as residual"), {"residual"}),
+    "a3 expected_speedup is the grader's own reference": ("a3", None, "choose_k", (
+        "from teachspec.course.grading import speedup as expected_speedup"), {"expected_speedup"}),
+    "a4 remove is the grader's own stand-in": ("a4", None, "remove", (
+        "from teachspec.course.grading import torch_remove as remove"), {"remove"}),
+    "a1 patches runpy, the checks and builtins": ("a1", "blank", "residual", (
+        "import builtins, runpy\n"
+        "import teachspec.course.checks as _checks, teachspec.course.grading as _grading\n"
+        "runpy.run_path = lambda *a, **k: {'grade': lambda *a, **k: None, 'judge': lambda *a, **k: 'ok'}\n"
+        "_checks.check = _grading.judge = lambda *a, **k: print('ok')\n"
+        "builtins.AssertionError = type('Quiet', (Exception,), {})\n"
+        "_grading.CheckFailed = builtins.AssertionError"), {"residual", "decisions", "after_rejection", "bonus"}),
+    "a1 reads the course's files from disk": ("a1", "blank", "residual", (
+        "import json, pathlib\n"
+        "for _folder in [pathlib.Path.cwd(), *pathlib.Path.cwd().parents]:  # the kernel: the course's folder\n"
+        "    for _found in [*_folder.glob('teachspec_grading.json'), *_folder.glob('source/*/*.ipynb')]:\n"
+        "        pathlib.Path('/tmp/teachspec-stolen.txt').write_text(_found.read_text())\n"
+        "def residual(p, q):\n"
+        "    text = open('/tmp/teachspec-stolen.txt').read()  # what the kernel found, if anything\n"
+        "    return json.loads(text)['answer']"), {"residual"}),
+    "a3 hard-codes the visible cases' answers": ("a3", None, "choose_k", hard_coded_choose_k, {"choose_k"}),
+    "a1 residual never returns": ("a1", None, "residual", (
+        "def residual(p, q):\n"
+        "    while True:\n"
+        "        pass"), {"residual"}),
+    "a1 speculative_step raises SystemExit": ("a1", None, "speculative_step", (
+        "import sys\n"
+        "def speculative_step(p, q, draft, generator):\n"
+        "    sys.exit(0)"), {"decisions", "after_rejection", "bonus"}),
+    "a3 choose_k ends the interpreter with os._exit": ("a3", None, "choose_k", (
+        "import os\n"
+        "def choose_k(alpha, c, k_max=8):\n"
+        "    os._exit(0)"), {"choose_k"}),
+}
+
+
+def grader_gaming_code(name: str) -> dict[str, str]:
+    """The exercise cells' code of a GRADER_GAMING submission."""
+    assignment, base, grade_id, code, _ = GRADER_GAMING[name]
+    return edited(assignment, base, extra=(grade_id, code() if callable(code) else code))

@@ -1,55 +1,59 @@
-"""The assignments: the student copies a student browses are exactly what the sources give and hold no solution
-and no hidden test, they fail exactly at their check cells until the exercises are written, every graded part is
-earned by the solution, each classic bug loses its own part and nothing else with feedback that names the likely
-cause, submissions that game the checks (delegating to teachspec, replacing the check functions, the reference or
-the random source) earn nothing for what they fake, and every reference the grader compares with agrees with the
-library's own implementation."""
+"""The assignments: the student copies a student browses are exactly what the sources give and hold no solution,
+each graded check cell is one visible check of one part, the copies fail exactly at their check cells until the
+exercises are written, every graded part is earned by the solution, each classic bug loses its own part and
+nothing else with feedback that names the likely cause, submissions that game the checks (delegating to
+teachspec, replacing the check functions, the reference or the random source) earn nothing for what they fake,
+and every reference the grader compares with agrees with the library's own implementation.
+
+A submission is graded here as the graders grade it (teachspec.course.autograde): the definitions of its code
+cells, each part judged in the sandbox on the visible and then the hidden cases."""
 
 from __future__ import annotations
 
-import contextlib
-import io
+import importlib.util
 import os
 import re
+import sys
 from pathlib import Path
 
 import nbformat
 import pytest
 import torch
+import yaml
 
 import course_submissions as cs
-from teachspec.course import checks
+from teachspec.course import checks, grading
 from teachspec.course.checks import CheckFailed
-from teachspec.course.student import (BEGIN, BEGIN_HIDDEN, check_cells, exercise_cells, main, refresh, student_text,
-                                      student_version)
+from teachspec.course.definitions import from_sources
+from teachspec.course.student import BEGIN, check_cells, exercise_cells, main, refresh, student_text, student_version
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = sorted(cs.SOURCES.glob("a*.ipynb"))
 COPIES = sorted(cs.STUDENT_COPIES.glob("a*.ipynb"))
+SECRET = b"test-secret"  # the course's secret for these tests: the hidden cases are drawn from it
+CHECK = re.compile(r'check\("(a\d+\.\w+)"')
 
 
-def _solution_namespace(path: Path) -> dict:
-    """Run a solution notebook's code cells up to its first check, with no model (cells that need one skipped)."""
-    ns: dict = {}
-    nb = nbformat.read(path, as_version=4)
-    for cell in nb.cells:
-        if cell.cell_type != "code" or "pick_pair" in cell.source or "pair" in cell.source.split():
-            continue
-        if cell.get("metadata", {}).get("nbgrader", {}).get("grade"):
-            continue
-        if "Engine(" in cell.source or "engine." in cell.source:
-            continue
-        exec(compile(cell.source, str(path), "exec"), ns)  # noqa: S102 -- the notebook's own code
-    return ns
+def _nbgrader(cell) -> dict:
+    return cell.get("metadata", {}).get("nbgrader", {})
+
+
+def _parts(nb: nbformat.NotebookNode) -> list[str]:
+    """The parts the notebook's graded check cells judge, in order ("a1.decisions", ...)."""
+    return [CHECK.search(nb.cells[i].source).group(1) for i in check_cells(nb)]
+
+
+def _judged(part: str, *sources: str) -> str:
+    """One part judged on the definitions of these cell sources, on its visible cases, as a check judges it."""
+    return grading.judge(part, from_sources(list(sources)))
 
 
 # -- the student version -----------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("path", SOLUTIONS, ids=lambda p: p.name)
-def test_student_version_replaces_solutions_and_drops_hidden_tests(path):
+def test_student_version_replaces_solutions_and_keeps_the_checks(path):
     nb = nbformat.read(path, as_version=4)
     assert exercise_cells(nb) and check_cells(nb), "an assignment needs exercise cells and graded check cells"
-    assert any(BEGIN_HIDDEN in nb.cells[i].source for i in check_cells(nb)), "no hidden tests"
     student = student_version(nb)
     text = "\n".join(c.source for c in student.cells)
     for marker in ("BEGIN SOLUTION", "END SOLUTION", "HIDDEN TESTS"):
@@ -57,10 +61,29 @@ def test_student_version_replaces_solutions_and_drops_hidden_tests(path):
     for i in exercise_cells(nb):
         assert "raise NotImplementedError()" in student.cells[i].source
         assert student.cells[i].source.count("# YOUR CODE HERE") == nb.cells[i].source.count(BEGIN)
-    for i in check_cells(nb):  # the visible checks stay, with their grading metadata
+    for i in check_cells(nb):  # the checks stay as they are, with their grading metadata
         assert student.cells[i].metadata["nbgrader"]["grade"] is True
-        assert student.cells[i].source.strip()
+        assert student.cells[i].source == nb.cells[i].source
     nbformat.validate(student)
+
+
+def test_every_graded_check_cell_is_one_visible_check_and_every_part_has_one():
+    """A graded check cell is a comment and `check("aN.part", answer)`, nothing hidden and nothing run from a file:
+    the part is judged from the submission's definitions, by name. Every part of grading.PARTS is graded by exactly
+    one cell, and names the answer its part judges."""
+    visible = re.compile(r'from teachspec\.course\.checks import check\n\ncheck\("(a\d+\.\w+)", (\w+)\)')
+    graded = []
+    for path in SOLUTIONS:
+        nb = nbformat.read(path, as_version=4)
+        for i in check_cells(nb):
+            source = nb.cells[i].source
+            code = "\n".join(line for line in source.splitlines() if not line.startswith("#")).strip()
+            found = visible.fullmatch(code)
+            assert found, source
+            part, answer = found.groups()
+            assert part.split(".")[0] == path.stem.split("_")[0] and answer == grading.PARTS[part].answer, source
+            graded.append(part)
+    assert sorted(graded) == sorted(grading.PARTS)
 
 
 def test_the_student_copies_are_what_the_sources_give_today():
@@ -126,48 +149,26 @@ def test_student_notebook_fails_exactly_at_its_checks(path, tmp_path):
 
 # -- grading: every part earned by the solution, each classic bug loses its own part --------------------------------
 
-def _given(cell) -> bool:
-    """A code cell that is neither graded nor needs a model (it picks one, or runs the engine): run when a
-    submission is graded here."""
-    meta = cell.get("metadata", {}).get("nbgrader", {})
-    return cell.cell_type == "code" and not meta.get("grade") and not any(
-        needs in cell.source for needs in ("pick_pair", "Engine(", "engine.")) and "pair" not in cell.source.split()
+def _submission(assignment: str, code: dict[str, str]) -> list[str]:
+    """The code cells of a submission of `assignment`: its exercise cells are `code` (by grade_id), the others as
+    the source has them."""
+    nb = nbformat.read(cs.ASSIGNMENTS[assignment], as_version=4)
+    return [code[_nbgrader(c)["grade_id"]] if _nbgrader(c).get("solution") else c.source for c in nb.cells
+            if c.cell_type == "code"]
 
 
 def _graded(assignment: str, code: dict[str, str]) -> dict[str, str]:
-    """Run a submission as the autograder does, but in this process and without the model cells: its exercise
-    cells are `code` (by grade_id). Returns the failed parts and each one's message."""
-    nb = nbformat.read(cs.ASSIGNMENTS[assignment], as_version=4)
-    ns: dict = {"__name__": "__main__"}
+    """Grade a submission as the graders do: the definitions of its code cells (`_submission`), every part its
+    check cells name judged on the visible and the hidden cases. Returns the failed parts ("decisions", ...) and
+    each one's message."""
+    defs = from_sources(_submission(assignment, code))
     failed = {}
-    for cell in nb.cells:
-        meta = cell.get("metadata", {}).get("nbgrader", {})
-        if _given(cell):
-            source = code[meta["grade_id"]] if meta.get("solution") else cell.source
-            with contextlib.redirect_stdout(io.StringIO()):
-                exec(compile(source, f"<{assignment}>", "exec"), ns)  # noqa: S102 -- the notebook's own code
-        elif cell.cell_type == "code" and meta.get("grade"):
-            part = re.search(rf'check\("{assignment}\.(\w+)"', cell.source).group(1)
-            try:
-                with contextlib.redirect_stdout(io.StringIO()):
-                    exec(compile(cell.source, f"<{assignment} {meta['grade_id']}>", "exec"), ns)  # noqa: S102
-            except AssertionError as e:
-                failed[part] = str(e)
+    for part in _parts(nbformat.read(cs.ASSIGNMENTS[assignment], as_version=4)):
+        try:
+            grading.judge(part, defs, secret=SECRET)
+        except CheckFailed as e:
+            failed[part.split(".")[1]] = str(e)
     return failed
-
-
-@contextlib.contextmanager
-def _restored(*modules):
-    """Whatever a gaming submission replaces in these modules is put back afterwards."""
-    saved = [(m, dict(vars(m))) for m in modules]
-    try:
-        yield
-    finally:
-        for m, d in saved:
-            for name in set(vars(m)) - set(d):
-                delattr(m, name)
-            for name, value in d.items():
-                setattr(m, name, value)
 
 
 @pytest.mark.parametrize("assignment", sorted(cs.ASSIGNMENTS))
@@ -178,16 +179,17 @@ def test_the_solution_earns_every_part(assignment):
 @pytest.mark.parametrize("assignment", sorted(cs.ASSIGNMENTS))
 def test_a_blank_submission_earns_nothing_and_is_told_to_write_its_code(assignment):
     failed = _graded(assignment, cs.edited(assignment, "blank"))
-    parts = {re.search(rf'check\("{assignment}\.(\w+)"', c.source).group(1) for c in
-             nbformat.read(cs.ASSIGNMENTS[assignment], as_version=4).cells if c.get("metadata", {}).get(
-                 "nbgrader", {}).get("grade") and c.cell_type == "code"}
+    parts = {part.split(".")[1] for part in _parts(nbformat.read(cs.ASSIGNMENTS[assignment], as_version=4))}
     assert set(failed) == parts
     assert all("NotImplementedError" in m for m in failed.values()), failed
 
 
 BUG_CASES = [(a, bug) for a, bugs in cs.BUGS.items() for bug in bugs]
+# Each of these grades a whole submission, a sandbox per part: minutes in all. `-m "not slow"` leaves them out.
+SLOW = pytest.mark.slow
 
 
+@SLOW
 @pytest.mark.parametrize("assignment, bug", BUG_CASES, ids=[f"{a}: {b}" for a, b in BUG_CASES])
 def test_each_classic_bug_loses_its_own_part_and_is_named(assignment, bug):
     """The bug fails the graded part(s) it breaks and no other; the feedback names the likely cause, in lines that
@@ -201,146 +203,151 @@ def test_each_classic_bug_loses_its_own_part_and_is_named(assignment, bug):
         assert max(len(line) for line in lines) <= 90, lines
 
 
+@SLOW
 @pytest.mark.parametrize("name", sorted(cs.GAMING))
 def test_a_submission_that_games_the_checks_earns_nothing_for_what_it_fakes(name):
     """Delegating to teachspec's own implementation, replacing the check functions, replacing the reference the
-    old hidden tests compared with, or rigging the random source and numpy: the part is lost all the same."""
-    import random
-
-    import numpy
-    import teachspec.radix
-    import teachspec.radix.tree
-    import teachspec.theory
-
+    grader compares with, or rigging the random source and numpy: the part is lost all the same. A delegation is
+    told that teachspec is not importable where its code is graded."""
     assignment, base, grade_id, code, must_lose = cs.GAMING[name]
-    with _restored(checks, teachspec.theory, teachspec.radix, teachspec.radix.tree, numpy, random, torch):
-        failed = _graded(assignment, cs.edited(assignment, base, extra=(grade_id, code)))
+    failed = _graded(assignment, cs.edited(assignment, base, extra=(grade_id, code)))
     assert must_lose <= set(failed), failed
-    delegated = [m for m in failed.values() if "teachspec's own answer" in " ".join(m.split())]
+    delegated = [m for m in failed.values() if "not importable" in " ".join(m.split())]
     if "delegates" in name or "wraps" in name or "hands" in name:
         assert delegated, failed
 
 
-def test_the_grader_refuses_a_library_function_reached_only_at_run_time():
-    """A name built at run time escapes the walk over what the answer names; the library refuses the call."""
-    from teachspec.course import grading
-
-    def choose_k(alpha, c, k_max=8):
-        module = __import__("teachspec." + "theory", fromlist=["x"])
-        return int(getattr(module, "optimal" + "_k")(alpha, c, k_max))
-
-    assert grading.delegates_to(choose_k, grading.PARTS["a3.choose_k"]) is None
-    with pytest.raises(CheckFailed, match="teachspec's own answer"):
-        grading.grade("a3.choose_k", choose_k)
-    from teachspec import theory
-    assert theory.optimal_k(0.8, 0.05, 8) == grading.best_k(0.8, 0.05, 8)  # put back afterwards
+@pytest.mark.parametrize("reach", ['__import__("teachspec." + "theory", fromlist=["x"])',
+                                   'importlib.import_module("teachspec." + "theory")'])
+def test_the_sandbox_refuses_a_library_module_named_only_at_run_time(reach):
+    """A module name built at run time names nothing the grader could read in the code; the sandbox refuses the
+    import itself, and the part says why."""
+    source = ("import importlib\n\n"
+              "def choose_k(alpha, c, k_max=8):\n"
+              f"    module = {reach}\n"
+              "    return int(getattr(module, 'optimal' + '_k')(alpha, c, k_max))\n")
+    with pytest.raises(CheckFailed, match="not importable"):
+        _judged("a3.choose_k", source)
 
 
-def test_the_hidden_tests_read_the_grader_afresh():
-    """A graded cell's hidden part loads grading.py from its file, not the module the notebook can reach."""
-    for path in cs.ASSIGNMENTS.values():
-        for cell in nbformat.read(path, as_version=4).cells:
-            if cell.get("metadata", {}).get("nbgrader", {}).get("grade") and cell.cell_type == "code":
-                hidden = cs.hidden_code(cell.source)
-                assert 'run_path(find_spec("teachspec.course.grading").origin)["grade"]' in hidden, hidden
-                assert "teachspec.course.checks" not in hidden
+def _solution_module(assignment: str, folder: Path, monkeypatch) -> object:
+    """The solved assignment as a module file in `folder`, imported: the definitions of its code cells but those
+    that need a model (there is none here). Outside a notebook, `checks.code_of` reads an answer's code from the
+    file that defines it: this one."""
+    cells = [source for source in _submission(assignment, cs.edited(assignment))
+             if not any(needs in source for needs in ("pick_pair", "Engine(", "engine."))]
+    path = folder / f"solved_{assignment}.py"
+    path.write_text(from_sources(cells).code, encoding="utf-8")
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, path.stem, module)  # where inspect finds a class's file
+    spec.loader.exec_module(module)
+    return module
 
 
-def test_the_solutions_pass_the_whole_exercise_checks():
-    a1, a2, a3, a4, a5, a6 = (_solution_namespace(p) for p in SOLUTIONS)
-    checks.check_acceptance_rule(a1["speculative_step"])
-    checks.check_radix(a2["Radix"])
-    checks.check_choose_k(a3["choose_k"])
-    checks.check_remove(a4["remove"])
-    checks.check_rank_acceptance(a4["rank_acceptance"])
-    checks.check_multi_draft_step(a4["verify_node"])
-    checks.check_dfs_order(a5["dfs_order"])
-    checks.check_dynamic_tree(a6["grow"])
-    checks.check_tree_attention(a6["tree_attention"])
+def test_the_solutions_pass_the_whole_exercise_checks(tmp_path, monkeypatch, capsys):
+    """Each exercise's check, called as a script or a test would call it: on the answer of a module, judged on
+    the code of the module's file, every part of it."""
+    a1, a2, a3, a4, a5, a6 = (_solution_module(a, tmp_path, monkeypatch) for a in sorted(cs.ASSIGNMENTS))
+    checks.check_acceptance_rule(a1.speculative_step)
+    checks.check_radix(a2.Radix)
+    checks.check_choose_k(a3.choose_k)
+    checks.check_remove(a4.remove)
+    checks.check_rank_acceptance(a4.rank_acceptance)
+    checks.check_multi_draft_step(a4.verify_node)
+    checks.check_dfs_order(a5.dfs_order)
+    checks.check_dynamic_tree(a6.grow)
+    checks.check_tree_attention(a6.tree_attention)
+    said = capsys.readouterr().out
+    assert said.count("All checks passed.") == 8 and said.count("ok  a") == 17, said
 
 
-# -- wrong implementations written other ways, and what the checks say -------------------------------------------------
+# -- wrong implementations written other ways, and what the checks say -------------------------------------------
+
+def _solved(assignment: str, *code: str) -> list[str]:
+    """The code cells of the solved `assignment`, then `code`: a cell that redefines an answer the wrong way."""
+    return [*_submission(assignment, cs.edited(assignment)), *code]
+
 
 def test_resampling_from_p_instead_of_the_residual_fails():
-    from teachspec.sampling import sample
+    wrong = '''
+from teachspec.sampling import sample
 
-    def wrong(p, q, draft, generator):
-        for i, x in enumerate(draft.tolist()):
-            u = torch.rand((), generator=generator, dtype=p.dtype)
-            if not u < min(1.0, float(p[i, x] / q[i, x]) if q[i, x] > 0 else 0.0):
-                return draft[:i].tolist() + [sample(p[i], generator).item()]  # the bug: p, not the residual
-        return draft.tolist() + [sample(p[len(draft)], generator).item()]
-
+def speculative_step(p, q, draft, generator):
+    for i, x in enumerate(draft.tolist()):
+        u = torch.rand((), generator=generator, dtype=p.dtype)
+        if not u < min(1.0, float(p[i, x] / q[i, x]) if q[i, x] > 0 else 0.0):
+            return draft[:i].tolist() + [sample(p[i], generator).item()]  # the bug: p, not the residual
+    return draft.tolist() + [sample(p[len(draft)], generator).item()]
+'''
+    assert _judged("a1.decisions", *_solved("a1", wrong)).startswith("ok")  # it decides as it should
     with pytest.raises(CheckFailed, match=r"(?s)After a rejection at position 0 .*That is p_0 itself"):
-        checks.check_acceptance_rule(wrong)
+        _judged("a1.after_rejection", *_solved("a1", wrong))
 
 
 def test_a_bonus_from_the_wrong_row_fails():
-    ns = _solution_namespace(SOLUTIONS[0])
+    wrong = '''
+solved_step = speculative_step
 
-    def wrong(p, q, draft, generator):
-        return ns["speculative_step"](torch.cat([p[:-1], p[-2:-1]]), q, draft, generator)  # bonus from p_(k-1)
-
+def speculative_step(p, q, draft, generator):
+    return solved_step(torch.cat([p[:-1], p[-2:-1]]), q, draft, generator)  # bonus from p_(k-1)
+'''
     with pytest.raises(CheckFailed, match="bonus"):
-        checks.check_acceptance_rule(wrong)
+        _judged("a1.bonus", *_solved("a1", wrong))
 
 
 def test_evicting_a_locked_node_fails():
-    Radix = _solution_namespace(SOLUTIONS[1])["Radix"]
-
-    class IgnoresLocks(Radix):
-        def nodes(self):  # evict sees every node as unlocked
-            out = super().nodes()
-            for node in out:
-                node.saved, node.locks = node.locks, 0
-            return out
-
+    wrong = '''
+class Radix(Radix):
+    def nodes(self):  # evict sees every node as unlocked
+        out = super().nodes()
+        for node in out:
+            node.saved, node.locks = node.locks, 0
+        return out
+'''
     with pytest.raises(CheckFailed, match="evict removed a node with locks > 0"):
-        checks.check_radix(IgnoresLocks)
+        _judged("a2.locks", *_solved("a2", wrong))
 
 
 def test_evicting_most_recently_used_fails():
-    Radix = _solution_namespace(SOLUTIONS[1])["Radix"]
-
-    class MostRecent(Radix):
-        def evict(self, n):
-            leaves = [x for x in self.nodes() if x is not self.root and not x.children and x.locks == 0]
-            leaves.sort(key=lambda x: -x.last_access)
-            freed = 0
-            for x in leaves:
-                if freed >= n:
-                    break
-                del x.parent.children[x.key[0]]
-                self.size -= len(x.key)
-                freed += len(x.key)
-            return freed
-
+    wrong = '''
+class Radix(Radix):
+    def evict(self, n):
+        leaves = [x for x in self.nodes() if x is not self.root and not x.children and x.locks == 0]
+        leaves.sort(key=lambda x: -x.last_access)
+        freed = 0
+        for x in leaves:
+            if freed >= n:
+                break
+            del x.parent.children[x.key[0]]
+            self.size -= len(x.key)
+            freed += len(x.key)
+        return freed
+'''
     with pytest.raises(CheckFailed, match="least recently used"):
-        checks.check_radix(MostRecent)
+        _judged("a2.lru", *_solved("a2", wrong))
 
 
 def test_ignoring_the_draft_cost_fails():
-    def choose_k(alpha, c, k_max):  # the speedup without its cost: longer is always better
-        return max(range(k_max + 1), key=lambda k: (sum(alpha**i for i in range(k + 1)), -k))
-
+    wrong = '''
+def choose_k(alpha, c, k_max):  # the speedup without its cost: longer is always better
+    return max(range(k_max + 1), key=lambda k: (sum(alpha**i for i in range(k + 1)), -k))
+'''
     with pytest.raises(CheckFailed, match=r"expected k=\d+ .* got"):
-        checks.check_choose_k(choose_k)
+        _judged("a3.choose_k", wrong)
 
 
 def test_a_check_before_the_exercise_says_what_to_do():
-    def todo(*args):
-        raise NotImplementedError()
-
-    for check, fn in ((checks.check_acceptance_rule, todo), (checks.check_choose_k, todo)):
+    for part, answer in (("a1.decisions", "speculative_step"), ("a3.choose_k", "choose_k")):
         with pytest.raises(CheckFailed, match="(?s)NotImplementedError.*Replace `raise NotImplementedError\\(\\)`"):
-            check(fn)
-
-    class Todo:
-        def insert(self, tokens):
-            raise NotImplementedError()
-
+            _judged(part, f"def {answer}(*args):\n    raise NotImplementedError()\n")
+    todo = '''
+class Radix:
+    def insert(self, tokens):
+        raise NotImplementedError()
+'''
     with pytest.raises(CheckFailed, match="insert still raises NotImplementedError"):
-        checks.check_radix(Todo)
+        _judged("a2.match_insert", todo)
 
 
 # -- assignment 4: the multi-draft rule ------------------------------------------------------------------------------
@@ -408,44 +415,41 @@ def test_a4_the_grader_s_h_is_what_the_library_s_rule_gives():
 
 
 def test_a4_sampling_the_last_token_from_p_fails():
-    from teachspec.sampling import sample
-
-    ns = _solution_namespace(A4)
-
-    def wrong(p, q, children, kind, generator):
-        chances, _ = ns["node_rule"](p, q, children, kind)
-        for j, chance in enumerate(chances):
-            if torch.rand((), generator=generator, dtype=torch.float64) < chance:
-                return j, children[j]
-        return None, sample(p, generator).item()  # the bug: p, not the last residual
-
+    wrong = '''
+def verify_node(p, q, children, kind, generator):
+    chances, _ = node_rule(p, q, children, kind)
+    for j, chance in enumerate(chances):
+        if torch.rand((), generator=generator, dtype=torch.float64) < chance:
+            return j, children[j]
+    return None, sample(p, generator).item()  # the bug: p, not the last residual
+'''
     with pytest.raises(CheckFailed, match=r"token leaving the node \(children independent"):
-        checks.check_multi_draft_step(wrong)
+        _judged("a4.verify_node", *_solved("a4", wrong))
 
 
 def test_a4_remove_in_place_or_without_renormalising_fails():
-    def in_place(q, x):
-        q[x] = 0.0
-        return q / q.sum()
-
-    def unnormalised(q, x):
-        kept = q.clone()
-        kept[x] = 0.0
-        return kept
-
+    in_place = '''
+def remove(q, x):
+    q[x] = 0.0
+    return q / q.sum()
+'''
+    unnormalised = '''
+def remove(q, x):
+    kept = q.clone()
+    kept[x] = 0.0
+    return kept
+'''
     with pytest.raises(CheckFailed, match="changed q in place"):
-        checks.check_remove(in_place)
+        _judged("a4.remove", in_place)
     with pytest.raises(CheckFailed, match=r"remove\(q=\[0.5, 0.3, 0.2\], x=0\): expected \[0, 0.6, 0.4\]"):
-        checks.check_remove(unnormalised)
+        _judged("a4.remove", unnormalised)
 
 
 def test_a4_checks_before_the_exercise_say_what_to_do():
-    def todo(*args):
-        raise NotImplementedError()
-
-    for check in (checks.check_remove, checks.check_rank_acceptance, checks.check_multi_draft_step):
+    for part, answer in (("a4.remove", "remove"), ("a4.ranks_independent", "rank_acceptance"),
+                         ("a4.verify_node", "verify_node")):
         with pytest.raises(CheckFailed, match="(?s)NotImplementedError.*Replace `raise NotImplementedError\\(\\)`"):
-            check(todo)
+            _judged(part, f"def {answer}(*args):\n    raise NotImplementedError()\n")
 
 
 def test_a4_without_replacement_never_accepts_a_second_child_less_often():
@@ -532,31 +536,29 @@ def test_a6_the_grader_s_tree_is_the_engine_s_dynamic_tree_and_its_mask_the_engi
         assert (positions[1:] - positions[0]).tolist() == grading.depth_of(parents)[1:]
 
 
-# -- the copies an instructor grades from --------------------------------------------------------------------------
-
-def test_the_grading_copy_puts_the_checks_back_and_keeps_the_students_code(tmp_path):
-    from teachspec.course.release import grading_copy
-
-    student = student_version(nbformat.read(A4, as_version=4))
-    submission = cs.fill(student, cs.edited("a4", "p' never updated"), cs.exercises("a4"))
-    (tmp_path / "alice").mkdir()
-    nbformat.write(submission, tmp_path / "alice" / A4.name)
-    out = grading_copy(tmp_path / "alice" / A4.name)
-    graded = nbformat.read(out, as_version=4)
-    text = "\n".join(c.source for c in graded.cells)
-    assert text.count("### BEGIN HIDDEN TESTS") == len(check_cells(nbformat.read(A4, as_version=4)))
-    assert "min(1.0, float(p[y] / drawn_from[y]))" in text and "### BEGIN SOLUTION" not in text  # her bug, not ours
-
+# -- the notebooks an instructor grades from -----------------------------------------------------------------------
 
 def test_the_otter_master_notebook_is_the_same_assignment_in_otters_format():
+    """One test case per graded check, `test_<grade_id>` with its points, each decided by teachspec's plugin; the
+    plugin's configuration (the course's secret, and which test grades which part) sits in the ASSIGNMENT CONFIG
+    cell only, which otter assign keeps out of the student's notebook."""
     from teachspec.course.release import otter_master
 
     nb = nbformat.read(A4, as_version=4)
-    master = otter_master(nb, A4.stem)
+    secret = "5ec7e7" * 10
+    master = otter_master(nb, A4.stem, secret)
     raw = [c.source.splitlines()[0] for c in master.cells if c.cell_type == "raw"]
-    assert raw[0] == "# ASSIGNMENT CONFIG"
+    assert raw[0] == "# ASSIGNMENT CONFIG" == master.cells[0].source.splitlines()[0]
     assert raw.count("# BEGIN QUESTION") == len(exercise_cells(nb)) + 1  # the exercises and the written answer
+    graded = [nb.cells[i] for i in check_cells(nb)]
     tests = [c.source for c in master.cells if c.cell_type == "code" and "# BEGIN TEST CONFIG" in c.source]
-    assert len(tests) == 2 * len(check_cells(nb))  # a visible and a hidden test case per graded check
-    assert all("hidden: true" in t for t in tests[1::2]) and all("points: 0" in t for t in tests[::2])
-    assert "def test_check_multi_draft_step_hidden(verify_node):" in "\n".join(tests)
+    assert [re.search(r"^def (\w+)\(", t, re.MULTILINE).group(1) for t in tests] == [
+        f"test_{_nbgrader(c)['grade_id']}" for c in graded]
+    assert [re.search(r"^points: (\S+)$", t, re.MULTILINE).group(1) for t in tests] == [
+        str(_nbgrader(c)["points"]) for c in graded]
+    config = yaml.safe_load(master.cells[0].source)
+    plugin = next(p["teachspec.course.otter_plugin.Judge"] for p in config["plugins"]
+                  if "teachspec.course.otter_plugin.Judge" in p)
+    assert plugin["secret"] == secret
+    assert plugin["tests"] == {f"test_{_nbgrader(c)['grade_id']}": part for c, part in zip(graded, _parts(nb))}
+    assert [i for i, c in enumerate(master.cells) if secret in c.source] == [0]

@@ -190,7 +190,7 @@ def test_the_course_is_written_where_asked_and_never_over_a_students_work(tmp_pa
     assert "jupyter lab index.ipynb" in out and f"cd '{dest}'" in out
     assignment = (dest / "assignments/a1_acceptance_rule.ipynb").read_text()  # the student version, by default
     assert "NotImplementedError" in assignment and "BEGIN SOLUTION" not in assignment
-    assert "HIDDEN TESTS" not in assignment and not (dest / "INSTRUCTORS.md").exists()
+    assert not (dest / "INSTRUCTORS.md").exists()
     (dest / "index.ipynb").write_text("my notes")
     with pytest.raises(SystemExit) as refused:
         main(["course", str(dest)])
@@ -201,14 +201,15 @@ def test_the_course_is_written_where_asked_and_never_over_a_students_work(tmp_pa
     key = tmp_path / "key"
     main(["course", str(key), "--with-solutions"])
     assert "for instructors only" in capsys.readouterr().out
-    assert "### BEGIN HIDDEN TESTS" in (key / "assignments/a1_acceptance_rule.ipynb").read_text()
+    assert "### BEGIN SOLUTION" in (key / "assignments/a1_acceptance_rule.ipynb").read_text()
     assert (key / "INSTRUCTORS.md").is_file()
 
 
 def test_grading_lays_the_assignments_out_for_nbgrader_and_otter(tmp_path, capsys):
     main(["grading", "nbgrader", str(tmp_path / "nbgrader")])
     assert "nbgrader generate_assignment" in capsys.readouterr().out
-    assert "ClearHiddenTests" in (tmp_path / "nbgrader/nbgrader_config.py").read_text()
+    assert "teachspec.course.autograde.JudgeFirst" in (tmp_path / "nbgrader/nbgrader_config.py").read_text()
+    assert (tmp_path / "nbgrader/teachspec_grading.json").is_file()  # the course's file, beside the config
     assert (tmp_path / "nbgrader/source/a2_radix_tree/a2_radix_tree.ipynb").is_file()
     main(["grading", "otter", str(tmp_path / "otter")])
     assert "# ASSIGNMENT CONFIG" in (tmp_path / "otter/a3_choose_k/a3_choose_k.ipynb").read_text()

@@ -1,5 +1,6 @@
 """What a user installs: the wheel carries the bundled pair, the widgets' front end, and the course: the student
-versions of the assignments where the course is, the instructor's sources (solutions and hidden tests) apart."""
+versions of the assignments where the course is, the instructor's sources (the solutions) apart, and the file the
+grading sandbox starts by its path."""
 
 import subprocess
 import sys
@@ -21,12 +22,13 @@ def test_the_wheel_contains_the_models_and_the_widgets_front_end(tmp_path):
         assert f"teachspec/models/tiny/{part}" in names
     assert "teachspec/events.py" in names and "teachspec/radix/tree.py" in names
     assert "teachspec/program/state.py" in names and "teachspec/bench/program.py" in names
+    assert "teachspec/course/sandbox_child.py" in names  # the sandbox starts it by its path
     assert not any(n.startswith(("tests/", "notebooks/")) for n in names)
     sources = sorted((ROOT / "teachspec" / "course" / "sources").glob("a*.ipynb"))
     assert len(sources) >= 6
     for source in sources:
-        assert f"teachspec/course/sources/{source.name}" in names
+        assert "### BEGIN SOLUTION" in zipfile.ZipFile(wheel).read(f"teachspec/course/sources/{source.name}").decode()
         copy = f"teachspec/course/notebooks/assignments/{source.name}"
         assert copy in names
         text = zipfile.ZipFile(wheel).read(copy).decode()
-        assert "BEGIN SOLUTION" not in text and "HIDDEN TESTS" not in text, copy
+        assert "BEGIN SOLUTION" not in text, copy

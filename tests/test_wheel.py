@@ -60,7 +60,7 @@ def test_a_course_installed_from_the_wheel_runs_outside_the_repository(tmp_path)
     assert len(list((dest / "traces").glob("*.jsonl"))) >= 4
     run(teachspec, "course", "my-key", "--with-solutions", cwd=work)  # the instructor's, from the wheel's sources
     for name in sources:
-        assert "### BEGIN HIDDEN TESTS" in (work / "my-key" / "assignments" / name).read_text(), name
+        assert "### BEGIN SOLUTION" in (work / "my-key" / "assignments" / name).read_text(), name
     assert (work / "my-key" / "INSTRUCTORS.md").is_file() and not (dest / "INSTRUCTORS.md").exists()
     run(teachspec, "grading", "nbgrader", "my-grading", cwd=work)
     assert sorted(p.name for p in (work / "my-grading" / "source").glob("*/*.ipynb")) == sources

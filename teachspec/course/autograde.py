@@ -10,8 +10,9 @@ files; writing beside them) can reach a verdict. The graders then run the notebo
 written answers and the outputs, with GRADED_OUTSIDE set so that its check cells do not judge again, and the
 verdicts here replace what those cells printed:
 
-    nbgrader   JudgeFirst before nbgrader's Execute, VerdictsOfRecord before SaveAutoGrades (NBGRADER_CONFIG in
-               teachspec.course.release puts them there)
+    nbgrader   JudgeFirst before the notebook runs (ExecuteToTheEnd: nbgrader's Execute, surviving a kernel the
+               notebook kills), VerdictsOfRecord before SaveAutoGrades (NBGRADER_CONFIG in teachspec.course.release
+               puts them there)
     Otter      teachspec.course.otter_plugin.Judge, an Otter plugin: before_execution judges, after_grading sets
                each test's result
     pytest     teachspec.course.pytest_grading: a graded part is a test item; no kernel runs at all
@@ -96,7 +97,7 @@ def course(path: str | Path) -> Course:
     changed = sorted(f for f, h in hashes().items() if files.get(f) != h)
     if changed:
         raise GraderChanged(f"teachspec's grader differs from the one that laid out {path.parent}: "
-                            f"{', '.join(PACKAGE / f for f in changed)}. Something rewrote it, or teachspec was "
+                            f"{', '.join(str(PACKAGE / f) for f in changed)}. Something rewrote it, or teachspec was "
                             f"upgraded: reinstall the version the course was laid out with, or lay the course out "
                             f"again (`teachspec grading ... --force` keeps its secret).")
     return Course(secret, path.parent.resolve())
@@ -142,7 +143,9 @@ def verdicts(nb: nbformat.NotebookNode, where: Course) -> dict[str, Verdict]:
 # -- nbgrader ----------------------------------------------------------------------------------------------------
 
 try:
+    from nbclient.exceptions import DeadKernelError
     from nbconvert.preprocessors import Preprocessor
+    from nbgrader.preprocessors import Execute
     from traitlets import Bool, Unicode
 except ImportError:  # nbgrader's pipeline is not installed: the other graders do not need it
     Preprocessor = None
@@ -160,6 +163,18 @@ if Preprocessor is not None:
             resources["teachspec_verdicts"] = verdicts(nb, course(self.course_file))
             os.environ[GRADED_OUTSIDE] = "1"
             return nb, resources
+
+    class ExecuteToTheEnd(Execute):
+        """nbgrader's Execute, except that a notebook whose cell kills its kernel (os._exit) is still graded: the
+        cells after it keep no output, and the graded parts keep the verdicts judged before the notebook ran."""
+
+        def preprocess(self, nb, resources, *args, **kwargs):
+            try:
+                return super().preprocess(nb, resources, *args, **kwargs)
+            except DeadKernelError:
+                self.log.warning("the notebook's kernel died while it ran (os._exit in a cell?); its graded parts "
+                                 "keep the verdicts judged from its file")
+                return nb, resources
 
     class VerdictsOfRecord(Preprocessor):
         """Before SaveAutoGrades: each graded check cell's outputs become its verdict, so that nbgrader's own

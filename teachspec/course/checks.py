@@ -36,7 +36,8 @@ from teachspec.course.grading import KINDS, PARTS, CheckFailed, judge, reference
 
 GRADED_OUTSIDE = "TEACHSPEC_GRADED_OUTSIDE"  # set by the autograder for the notebook's run: the verdicts are its own
 
-__all__ = ["GRADED_OUTSIDE", "KINDS", "PARTS", "CheckFailed", "check", "code_of", "check_acceptance_rule", "check_choose_k", "check_dfs_order",
+__all__ = ["GRADED_OUTSIDE", "KINDS", "PARTS", "CheckFailed", "check", "code_of", "check_acceptance_rule",
+           "check_choose_k", "check_dfs_order",
            "check_dynamic_tree", "check_multi_draft_step", "check_radix", "check_rank_acceptance", "check_remove",
            "check_tree_attention", "reference_node_rule"]
 

@@ -5,8 +5,8 @@
 A notebook's kernel is the student's: whatever it holds at grading time (patched modules, replaced builtins, a
 function rebound after its cell ran) may be a trick. The notebook's text is not. So the grader reads the code
 cells in order, as "Run All" would, and keeps of each what defines things: imports, functions, classes and
-assignments that call nothing, at the top level. Calls, prints, loops and the checks themselves are left out, so that nothing but
-definitions runs before the grader calls them, and a cell that runs a model does not run at all. IPython's
+assignments that call nothing, at the top level. Calls, prints, loops and the checks themselves are left out, so
+that nothing but definitions runs before the grader calls them, and a cell that runs a model does not run at all. IPython's
 `%magic` and `!shell` lines are dropped; a cell that still does not parse is left out with a note.
 
 Every code cell counts, not only the exercise cells: a helper the student wrote in a cell of their own is theirs.
@@ -43,9 +43,11 @@ class Definitions:
 
 def cell_definitions(source: str) -> str:
     """One cell's top-level definitions, as source text (raises SyntaxError when the cell does not parse)."""
-    lines = [line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))]
-    text = "\n".join(lines)
-    tree = ast.parse(text)
+    try:
+        text, tree = source, ast.parse(source)
+    except SyntaxError:  # IPython's `%magic` and `!shell` lines: dropped (a line like `!= b` inside brackets is not)
+        text = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!")))
+        tree = ast.parse(text)
     return "\n".join(ast.get_source_segment(text, node, padded=True) for node in tree.body if kept(node))
 
 

@@ -1,10 +1,10 @@
-"""What nbgrader's feedback shows of a failed check: its verdict, not the hidden tests.
+"""What nbgrader's feedback shows of an error: its verdict, not the traceback.
 
-A failed check raises CheckFailed, whose message says what failed and the likely cause. nbgrader's feedback
-(`nbgrader generate_feedback`) would show the whole traceback, and IPython's traceback quotes the cell's code
-around the failing line: the hidden tests too. `VerdictOnly` keeps the error's last line, `CheckFailed: ...`,
-and nbgrader's own ClearHiddenTests removes the hidden regions from the cells' code. The configuration that
-`teachspec grading nbgrader` writes lists both:
+A failed part's verdict is a CheckFailed, whose message says what failed and the likely cause (never a hidden
+case; `teachspec.course.autograde.VerdictsOfRecord` makes it the check cell's output). nbgrader's feedback
+(`nbgrader generate_feedback`) would show an error's whole traceback, which quotes code around the failing line.
+`VerdictOnly` keeps each error's last line, `Name: message`. The configuration that `teachspec grading nbgrader`
+writes lists it:
 
     c.GenerateFeedback.preprocessors = ["nbgrader.preprocessors.GetGrades",
                                         "nbgrader.preprocessors.ClearHiddenTests",

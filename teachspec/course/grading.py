@@ -12,8 +12,8 @@ The student's code runs in a child interpreter (`teachspec.course.sandbox`), def
   against the library's own implementation), on cases drawn from its own random numbers (`Draws`, SplitMix64),
   compared here. Nothing is stored that a student could read: the answers are computed at grading time.
 - The visible cases come from a public seed (a student's `check` runs the same ones); the hidden cases from the
-  course's secret (`teachspec.course.autograde`), drawn at grading time. A submission that hard-codes the
-  answers to the visible cases fails the hidden ones.
+  course's secret (`teachspec.course.autograde`) and the submission's own code, drawn at grading time. A
+  submission that hard-codes the answers to the cases it can know fails the others.
 - It grades one thing. The other exercises an answer calls (`speculative_step` calls `residual`, `choose_k` calls
   `expected_speedup`, `rank_acceptance` calls `remove`, `best_hit_rate` calls `reused`, `grow` calls `confidence`
   and `rerank`) are replaced in the child by correct ones while it is graded (`STAND_INS`).
@@ -114,9 +114,14 @@ class Draws:
         return torch.Generator().manual_seed(self.bits() >> 1)
 
 
-def seed_of(part: str, secret: bytes | None = None) -> int:
-    """The seed of a part's cases: public for the visible ones, the course's secret mixed in for the hidden."""
-    key = f"{part}/visible".encode() if secret is None else secret + f"/{part}/hidden".encode()
+def seed_of(part: str, secret: bytes | None = None, code: str = "") -> int:
+    """The seed of a part's cases: public for the visible ones; for the hidden ones, the course's secret and the
+    submission's code. The code is in it so that a secret that leaks (a notebook's cell can read the course's file
+    while it runs at autograde, and print it) is no use: a table of answers written for the cases a secret gives
+    changes the code, and so the cases."""
+    if secret is None:
+        return int.from_bytes(hashlib.sha256(f"{part}/visible".encode()).digest()[:8], "big")
+    key = secret + f"/{part}/hidden/".encode() + hashlib.sha256(code.encode()).digest()
     return int.from_bytes(hashlib.sha256(key).digest()[:8], "big")
 
 
@@ -433,7 +438,10 @@ def matched(tree, tokens) -> int:
 
 
 def node_of(tree, tokens):
-    return call("match_prefix", tree.match_prefix, tuple(tokens))[1]
+    out = written("match_prefix", call("match_prefix", tree.match_prefix, tuple(tokens)))
+    if not isinstance(out, tuple) or len(out) != 2:
+        fail(f"match_prefix({tuple(tokens)}) must return (length, node), got {out!r}")
+    return out[1]
 
 
 def prefixes(stored) -> int:
@@ -1457,6 +1465,19 @@ rerank = lambda parents, tokens, confidences, nodes: rerank_of(parents, tokens, 
 """
 
 
+def run(spec: Part, answer: Remote, draws: Draws, hidden: bool) -> None:
+    """One pass of a part's judge. An answer of a shape the judge cannot read (None where a pair belongs, a
+    number where a list does) fails the part with what came back, not the grader with a TypeError."""
+    try:
+        spec.judge(answer, draws, hidden)
+    except (CheckFailed, Raised, TimedOut, Died):
+        raise
+    except (TypeError, ValueError, IndexError, KeyError, AttributeError) as e:
+        fail(f"{spec.answer} returned something of a shape the check cannot read ({type(e).__name__}: {e}). "
+             f"Check what it returns against the exercise's description.", hidden=f"it returned an unreadable "
+             f"answer ({type(e).__name__})")
+
+
 def offers(part: str) -> dict[str, str]:
     """The narrow modules `part`'s code may import, as code: each offered function copied from teachspec's file."""
     root, out = Path(__file__).resolve().parents[1], {}
@@ -1487,10 +1508,10 @@ def judge(part: str, code: Definitions, secret: bytes | None = None, limits: Lim
             if answer is None:
                 fail(f"{spec.answer} is not defined: write it in its exercise cell (a def or class at the top "
                      f"level of a cell is what is graded).", *box.notes[-3:], *code.notes)
-            spec.judge(answer, Draws(seed_of(part)), False)
+            run(spec, answer, Draws(seed_of(part)), False)
             if secret is not None:
                 try:
-                    spec.judge(answer, Draws(seed_of(part, secret)), True)
+                    run(spec, answer, Draws(seed_of(part, secret, code.code)), True)
                 except CheckFailed as e:
                     raise CheckFailed(wrap(f"{spec.answer} passes the visible cases of {part} ({spec.what}) but "
                                            f"not a hidden one{': ' + e.hidden if e.hidden else '.'}", *e.causes),

@@ -4,8 +4,8 @@ works, or where an instructor prepares the grading.
 Two folders hold them:
 
     notebooks/                   the course as a student browses it: lectures, traces, and in assignments/ the
-                                 assignments as students get them (no solution, no hidden test)
-    teachspec/course/sources/    the assignments as the instructor writes them, solutions and hidden tests in
+                                 assignments as students get them (no solution)
+    teachspec/course/sources/    the assignments as the instructor writes them, solutions in
 
 `notebooks/assignments/` is made from the sources by `teachspec.course.student` and committed; a test checks that
 it is exactly what the sources give today (`student.refresh()` remakes it). An installed wheel carries both: the
@@ -46,7 +46,7 @@ def course_dir() -> Path:
 
 
 def sources() -> list[Path]:
-    """The instructor's assignments, a1_... to a6_..., in order: solutions and hidden tests in."""
+    """The instructor's assignments, a1_... to a6_..., in order: solutions in."""
     found = sorted(SOURCES.glob("a*.ipynb"))
     if not found:
         raise FileNotFoundError(f"the assignments' sources are missing: no a*.ipynb in {SOURCES}")
@@ -69,7 +69,7 @@ def write_course(dest: str | Path, force: bool = False, solutions: bool = False)
     """Write the course into `dest` (created if need be); returns the files written.
 
     The assignments are the student versions unless `solutions`, which writes the instructor's sources in their
-    place (solutions and hidden tests in) and adds INSTRUCTORS.md. A file of the course already in `dest` is
+    place (solutions in) and adds INSTRUCTORS.md. A file of the course already in `dest` is
     overwritten only with `force`, so a student's edited notebooks are never lost by running this twice."""
     dest, source = Path(dest), course_dir()
     if dest.exists() and not dest.is_dir():

@@ -17,12 +17,15 @@ Otter's process. Otter grades in a container by default; INSTRUCTORS.md says why
 from __future__ import annotations
 
 import dataclasses
+import glob
 import hashlib
 import os
 import tempfile
 from pathlib import Path
 
 from otter.plugins import AbstractOtterPlugin
+from otter.test_files.abstract_test import TestCaseResult
+from otter.test_files.exception_test import ExceptionTestFile
 
 from teachspec.course.autograde import Course, GraderChanged, hashes, judge_parts
 from teachspec.course.checks import GRADED_OUTSIDE
@@ -44,6 +47,13 @@ class Judge(AbstractOtterPlugin):
     def after_grading(self, results):
         os.environ.pop(GRADED_OUTSIDE, None)
         wanted = self.verdicts
+        if results.catastrophic_error is not None:  # the notebook's run broke (a cell killed its kernel, say)
+            results._catastrophic_error = None       # the verdicts stand apart from it: give each test its result
+            for path in sorted(glob.glob("tests/*.py")):
+                test_file = ExceptionTestFile.from_file(path)
+                test_file.test_case_results = [TestCaseResult(tc, "the notebook's run broke", False)
+                                               for tc in test_file.test_cases]
+                results.results.setdefault(test_file.name, test_file)
         for question in list(results.results):
             test_file = results.results[question]
             kept = [r for r in test_file.test_case_results if r.test_case.name in wanted]

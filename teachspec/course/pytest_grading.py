@@ -58,7 +58,7 @@ class GradedPart(pytest.Item):
         return str(excinfo.value) if isinstance(excinfo.value, PartFailed) else super().repr_failure(excinfo)
 
     def reportinfo(self):
-        return self.path, None, f"{self.path.name}::{self.name} ({self.part}, {self.points:g} points)"
+        return self.path, None, f"{self.nodeid} ({self.part}, {self.points:g} points)"
 
 
 class PartFailed(AssertionError):

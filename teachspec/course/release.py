@@ -50,7 +50,7 @@ import os
 c.JudgeFirst.course_file = os.path.join(os.path.dirname(__file__), "teachspec_grading.json")
 c.Autograde.autograde_preprocessors = [
     "teachspec.course.autograde.JudgeFirst",
-    "nbgrader.preprocessors.Execute",
+    "teachspec.course.autograde.ExecuteToTheEnd",
     "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
     "nbgrader.preprocessors.LimitOutput",
@@ -66,7 +66,6 @@ c.Execute.timeout = 300
 # Feedback shows each failed check's message: an error keeps its last line (the verdict) without the traceback.
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
-    "nbgrader.preprocessors.ClearHiddenTests",
     "teachspec.course.feedback.VerdictOnly",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]
@@ -114,9 +113,9 @@ def otter_course(dest: str | Path, force: bool = False) -> list[Path]:
     return files + [course_file]
 
 
-PYTEST_CONFTEST = '''"""Grading with pytest, written by `teachspec grading pytest`: put the submitted notebooks anywhere under this
-folder (submitted/<student>/<assignment>.ipynb, say) and run `pytest` on it. teachspec_grading.json beside this
-file holds the course's secret: keep it, and this folder, away from students."""
+PYTEST_CONFTEST = '''"""Grading with pytest, written by `teachspec grading pytest`: put the submitted notebooks
+anywhere under this folder (submitted/<student>/<assignment>.ipynb, say) and run `pytest` on it.
+teachspec_grading.json beside this file holds the course's secret: keep it, and this folder, away from students."""
 from teachspec.course.pytest_grading import pytest_collect_file, pytest_terminal_summary  # noqa: F401
 '''
 

@@ -38,7 +38,7 @@ MAX_REPLY = 16 * 2**20  # bytes of one answer: more is the child's doing, not an
 
 @dataclass(frozen=True)
 class Limits:
-    seconds: float = 30.0           # wall clock for every call of one part together
+    seconds: float = 30.0           # wall clock for the student's code of one part: definitions and every call
     start_s: float = 120.0          # starting the child and importing torch, apart (slow on a busy machine)
     cpu_s: int = 60                 # the kernel's backstop for the child, in CPU seconds
     memory_bytes: int = 6 * 2**30   # address space; torch alone maps about 1.5 GiB
@@ -89,18 +89,24 @@ class Sandbox:
                                         stdout=self.output, stderr=self.output, cwd=self.scratch, env=env,
                                         pass_fds=(self._reply_w,), start_new_session=True)
         os.close(self._reply_w)  # the child holds the writing end now: its death is an end of file here
+        try:
+            self._start()
+        except BaseException:
+            self.close()  # a child that never got ready leaves no process, descriptor or folder behind
+            raise
+        return self
+
+    def _start(self) -> None:
         self.deadline = time.monotonic() + self.limits.start_s
         self._send({"definitions": self.definitions, "offers": self.offers, "stand_ins": self.stand_ins,
-                    "replace": list(self.replace), "reply_fd": self._reply_w, "scratch": self.scratch, "readable": readable(),
-                    "denied": [str(Path(__file__).resolve().parents[1]), *self.denied],
+                    "replace": list(self.replace), "reply_fd": self._reply_w, "scratch": self.scratch,
+                    "readable": readable(), "denied": [str(Path(__file__).resolve().parents[1]), *self.denied],
                     "limits": {"cpu_s": self.limits.cpu_s, "memory_bytes": self.limits.memory_bytes,
                                "file_bytes": self.limits.file_bytes}})
         self._receive()  # started: torch imported
-        self.deadline = time.monotonic() + self.limits.seconds
-        ready = self._receive()  # the definitions ran
+        self.deadline = time.monotonic() + self.limits.seconds  # the student's code from here: definitions, calls
+        ready = self._receive()
         self.names, self.notes = set(ready.get("names", ())), list(ready.get("notes", ()))
-        self.deadline = time.monotonic() + self.limits.seconds
-        return self
 
     def __exit__(self, *exc) -> None:
         self.close()
@@ -109,8 +115,7 @@ class Sandbox:
         if self.process.poll() is None:
             os.killpg(self.process.pid, 9)
         self.process.wait(timeout=30)
-        for f in (self.process.stdin,):
-            f.close()
+        self.process.stdin.close()
         os.close(self._replies)
         self.output.close()
         shutil.rmtree(self.scratch, ignore_errors=True)
@@ -151,8 +156,11 @@ class Sandbox:
             self._buffer += chunk
         line, self._buffer = self._buffer.split(b"\n", 1)
         try:
-            return json.loads(line)
-        except ValueError:
+            reply = json.loads(line)
+            if not isinstance(reply, dict):
+                raise ValueError(reply)
+            return reply
+        except (ValueError, RecursionError):
             self.close_child()
             raise Died("it wrote something that is not an answer where answers go", self.tail()) from None
 
@@ -171,8 +179,7 @@ class Sandbox:
     def _died(self):
         code = self.process.wait(timeout=30)
         why = {-9: "it was killed (SIGKILL: past its memory or CPU limit, or os.kill)",
-               -24: f"it used more than {self.limits.cpu_s} s of CPU",
-               -25: f"it wrote more than {self.limits.file_bytes // 2**20} MiB of output"}.get(
+               -24: f"it used more than {self.limits.cpu_s} s of CPU"}.get(
             code, f"its process ended with {'signal ' + str(-code) if code < 0 else 'exit code ' + str(code)} "
                   f"(os._exit, or a crash)")
         raise Died(why, self.tail())
@@ -232,9 +239,13 @@ def decode(box: Sandbox, v):
 
 
 def value(box: Sandbox, reply: dict):
-    if "error" in reply:
-        raise Raised([str(k) for k in reply["error"]] or ["Exception"], str(reply.get("message", "")))
-    return decode(box, reply.get("value"))
+    try:
+        if "error" in reply:
+            raise Raised([str(k) for k in reply["error"]] or ["Exception"], str(reply.get("message", "")))
+        return decode(box, reply.get("value"))
+    except (TypeError, KeyError, ValueError, RecursionError) as e:  # not what the child itself sends
+        box.close_child()
+        raise Died(f"it sent back something that is not an answer ({type(e).__name__})", box.tail()) from None
 
 
 class Remote:
@@ -247,7 +258,7 @@ class Remote:
         reply = self._box.request({"op": "call", "target": self._target, "args": encode(list(args))})
         for given, after in zip(args, reply.get("args_after") or ()):
             if isinstance(given, torch.Tensor) and after is not None:  # changed in place over there: here too
-                changed = decode(self._box, after)
+                changed = value(self._box, {"value": after})
                 if isinstance(changed, torch.Tensor) and changed.shape == given.shape:
                     given.copy_(changed)
         return value(self._box, reply)
@@ -265,7 +276,7 @@ class Remote:
                 raise
             if "error" in reply and failed is None:
                 failed = i, reply
-            out.append(None if "error" in reply else decode(self._box, reply.get("value")))
+            out.append(None if "error" in reply else value(self._box, reply))
         if failed is not None:  # every answer read: the wire is in step for the next call
             try:
                 value(self._box, failed[1])
@@ -277,16 +288,24 @@ class Remote:
     def __getattr__(self, name: str):
         if name.startswith("_"):
             raise AttributeError(name)
-        return value(self._box, self._box.request({"op": "getattr", "target": self._target, "name": name}))
+        try:
+            return value(self._box, self._box.request({"op": "getattr", "target": self._target, "name": name}))
+        except Raised as e:
+            if "AttributeError" in e.kinds:
+                raise AttributeError(e.message) from None  # so that hasattr() answers False, as it would there
+            raise
+
+    def _items(self) -> list:
+        return value(self._box, self._box.request({"op": "list", "target": self._target}))
 
     def __iter__(self):
-        return iter(value(self._box, self._box.request({"op": "list", "target": self._target})))
+        return iter(self._items())
 
-    def __len__(self) -> int:
-        return len(list(self))
+    def __len__(self) -> int:  # not len(list(self)): list() asks __len__ first
+        return len(self._items())
 
     def __repr__(self) -> str:
         try:
             return str(value(self._box, self._box.request({"op": "repr", "target": self._target})))
-        except Raised:
+        except Exception:  # noqa: BLE001 -- a repr is for a message: never the reason a message fails
             return f"<a {self._type or 'value'} of yours>"

@@ -9,16 +9,19 @@ of teachspec. It reads one setup message on stdin, then serves calls until stdin
             {"op": "many", "target": ..., "calls": [[args], ...]}       -> one reply per call, as each returns
             {"op": "getattr" | "repr" | "list", ...}
 
-Replies go to a pipe of their own (`reply_fd`), not stdout: the student's prints go to a file the parent reads at most the end
-of. Values cross as JSON (never pickle, which would run the child's code in the grader): numbers, strings, lists,
+Replies go to a pipe of their own (`reply_fd`), not stdout: the student's prints go to a file the parent reads at
+most the end of. Values cross as JSON (never pickle, which would run the child's code in the grader): numbers, strings, lists,
 tuples, dicts, tensors by value; anything else stays here and crosses as a reference the parent calls back
 through.
 
 What holds the student's code here, in the order it is set up:
 - limits (`resource`): CPU seconds, address space, file size, open files. The parent adds a wall-clock deadline.
 - torch is imported first, then an audit hook (PEP 578), which code cannot remove, refuses: importing teachspec
-  (but the narrow copies the exercise is offered, `offers`), opening files outside the folders the interpreter
-  needs and the scratch folder, writing outside the scratch folder, sockets, new processes, signals, ctypes.
+  (but the narrow copies the exercise is offered, `offers`; a finder first on sys.meta_path refuses it to
+  importlib too), opening files outside the folders the interpreter needs and the scratch folder, opening a folder
+  (whose descriptor would reach files past these checks), writing, renaming or removing outside the scratch folder,
+  changing directory, sockets, new processes (the C module torch loaded to start them is made unreachable first),
+  signals, ctypes, and gc's walks over every object.
 - the definitions run statement by statement: an import or assignment that fails binds nothing, or, for an import
   of teachspec, a stand-in that raises the refusal when used, so that one refused line says what it is.
 
@@ -52,6 +55,8 @@ def main() -> None:
     offered = offer(setup["offers"])
     stand_ins: dict = {"__name__": "stand_ins"}
     exec(compile(setup["stand_ins"], "<stand-ins>", "exec"), stand_ins)
+    unreachable("_posixsubprocess")  # torch loaded it: its fork_exec starts a process with no audit event
+    sys.meta_path.insert(0, Refuser(offered))  # importlib.import_module raises no "import" audit event
     sys.addaudithook(Guard(setup["scratch"], setup["readable"], setup["denied"], offered))
     notes = define(setup["definitions"], home)
     for name in setup["replace"]:
@@ -96,12 +101,42 @@ def refuse(package: str):
     return __getattr__
 
 
+def unreachable(module: str) -> None:
+    """Take an already-loaded C module out of sys.modules and out of every module that holds it or one of its
+    functions, so that reaching it again means importing it, which the audit hook refuses (gc, which could find
+    the functions, is refused too)."""
+    found = sys.modules.pop(module, None)
+    if found is None:
+        return
+    functions = {id(v) for v in vars(found).values() if callable(v)}
+    for holder in list(sys.modules.values()):
+        for name, v in list(vars(holder).items()):
+            if v is found or id(v) in functions:
+                setattr(holder, name, None)
+
+
+class Refuser:
+    """A finder first on sys.meta_path: refuses teachspec (but what is offered) to importlib.import_module too."""
+
+    def __init__(self, offered: set[str]):
+        self.offered = offered
+
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "teachspec" and name not in self.offered:
+            raise ImportError(f"{REFUSED}: {name} holds teachspec's own answers. Write the exercise yourself.")
+        return None
+
+
 class Guard:
     """The audit hook: refuses what graded code has no business doing, with a message that says what and why."""
 
     NEVER = ("socket.", "subprocess.", "os.fork", "os.forkpty", "os.posix_spawn", "os.exec", "os.spawn",
              "os.system", "os.kill", "os.killpg", "os.symlink", "os.link", "ctypes.", "pty.", "resource.setrlimit",
-             "os.chmod", "os.chown", "os.putenv", "os.unsetenv", "sys.remote_exec")
+             "os.chmod", "os.chown", "os.putenv", "os.unsetenv", "sys.remote_exec", "gc.get_objects",
+             "gc.get_referrers", "gc.get_referents", "os.chdir")
+    # events that change a file or a folder, and how many of their first arguments are paths: scratch only
+    CHANGES = {"os.rename": 2, "os.remove": 1, "os.rmdir": 1, "os.mkdir": 1, "os.truncate": 1, "os.utime": 1,
+               "os.chflags": 1, "os.lchflags": 1, "os.setxattr": 1, "os.removexattr": 1}
 
     def __init__(self, scratch: str, readable: list[str], denied: list[str], offered: set[str]):
         self.scratch = os.path.realpath(scratch)
@@ -119,16 +154,22 @@ class Guard:
                 allowed = sorted(n for n in self.offered if not any(m.startswith(n + ".") for m in self.offered))
                 raise ImportError(f"{REFUSED}: {name} holds teachspec's own answers. Write the exercise yourself; "
                                   f"it may import {', '.join(allowed) or 'nothing of teachspec'}.")
+        elif event in self.CHANGES:
+            for path in args[:self.CHANGES[event]]:
+                if not isinstance(path, int) and not under(os.path.realpath(os.fsdecode(path)), [self.scratch]):
+                    raise PermissionError(f"your code may change files only in its scratch folder, not {path}")
         elif event == "open":
             path, mode = args[0], args[1] or "r"
             if isinstance(path, int):
                 return  # a descriptor already open
             real = os.path.realpath(os.fsdecode(path))
             writes = any(c in str(mode) for c in "wax+") or (isinstance(args[2], int) and args[2] & (
-                os.O_WRONLY | os.O_RDWR | os.O_CREAT))
+                os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC))
             inside = under(real, [self.scratch])
             if writes and not inside:
                 raise PermissionError(f"your code may write only in its scratch folder, not {real}")
+            if os.path.isdir(real):  # a folder's descriptor reaches files by dir_fd, which the event does not show
+                raise PermissionError(f"your code may not open the folder {real} where it is graded")
             if under(real, self.denied) or not inside and not under(real, self.readable) and real not in (
                     "/dev/null", "/dev/urandom"):
                 raise PermissionError(f"your code may not read {real} where it is graded")
@@ -159,8 +200,10 @@ def bound(node: ast.stmt) -> list[str]:
         return [a.asname or a.name.split(".")[0] for a in node.names]
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
         return [node.name]
-    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-    return [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+    if isinstance(node, (ast.Assign, ast.AnnAssign)):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        return [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+    return []  # a statement that binds nothing
 
 
 class Unavailable:

@@ -32,12 +32,11 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from teachspec.models.pair import BUNDLED
+from teachspec.serving.http import fetch
 
 SPECULATE = (None, "model", "ngram")
 INSTALL = ("Install vLLM in an environment of its own and point teachspec at its Python (README.md, \"A real serving "
@@ -224,11 +223,10 @@ def _wait(server: VllmServer, timeout: float) -> None:
         if not server.alive():
             raise ServerError(f"the vLLM server exited with status {server.process.returncode} before it answered; "
                               f"the end of its output ({server.log}):\n{server.tail()}")
-        try:
-            with urllib.request.urlopen(server.url + "/health", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+        try:  # each poll bounded as a whole: a server that answers slowly is asked again, not waited on
+            if fetch(server.url + "/health", timeout=2, limit=64 * 1024, error=ServerError).status == 200:
+                return
+        except ServerError:
             pass
         time.sleep(0.5)
     raise ServerError(f"the vLLM server did not answer {server.url}/health within {timeout:.0f} s; the end of its "

@@ -25,20 +25,23 @@ with these steps (`Stats.from_counters`), so `theory` and the charts read a serv
 
 from __future__ import annotations
 
+import math
 import re
-import urllib.error
-import urllib.request
 
 from teachspec.events import Counters
+from teachspec.serving.http import fetch, quote
 from teachspec.stats import Stats
 
 _LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)(\s+\S+)?$')
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 Samples = dict[str, list[tuple[dict[str, str], float]]]
+LIMIT = 16 * 1024 * 1024    # bytes of /metrics read at most: vLLM's, histograms and all, are a few hundred KB
+MAX_POSITIONS = 1024        # speculated positions a server may count: far beyond any k a server runs
 
 
 class MetricsError(RuntimeError):
-    """A server whose /metrics could not be read, or did not read as Prometheus text."""
+    """A server whose /metrics could not be read, did not read as Prometheus text, or counted something that is
+    not a count (NaN, infinite, below 0)."""
 
 
 def parse(text: str) -> Samples:
@@ -55,42 +58,61 @@ def parse(text: str) -> Samples:
             value = float(m.group(4))
         except ValueError:
             raise MetricsError(f"line {n} of /metrics has a value that is not a number: {line[:80]!r}") from None
+        if m.group(1).endswith("_total"):  # Prometheus names its counters so, and a counter counts up from 0
+            _count(value, f"line {n} of /metrics: {line[:80]!r}")
         out.setdefault(m.group(1), []).append((dict(_LABEL.findall(m.group(3) or "")), value))
     return out
 
 
+def _count(value: float, where: str) -> float:
+    """A counter's value, or a MetricsError: a count is a finite number >= 0 (Prometheus writes NaN and +Inf
+    for gauges, and a counter that reads so, or below 0, is a server or a proxy gone wrong)."""
+    if not math.isfinite(value) or value < 0:
+        raise MetricsError(f"{where}: a counter must be a finite number >= 0, got {value}")
+    return value
+
+
 def read(url: str, timeout: float = 5.0) -> Samples:
-    """GET url/metrics and parse it; a MetricsError says what went wrong (nothing listening, no answer, ...)."""
+    """GET url/metrics and parse it, all within `timeout` seconds; a MetricsError names the URL and says what went
+    wrong (nothing listening, no whole answer in time, an answer that is not Prometheus text, quoting its start)."""
     where = url.rstrip("/") + "/metrics"
+    reply = fetch(where, timeout=timeout, limit=LIMIT, error=MetricsError,
+                  hint=": is the vLLM server running there? (teachspec serve starts one)")
+    if reply.status != 200:
+        raise MetricsError(f"{where} answered HTTP {reply.status}: is this a vLLM server? It sent {quote(reply.body)}")
     try:
-        with urllib.request.urlopen(where, timeout=timeout) as r:
-            body = r.read()
-    except urllib.error.HTTPError as e:
-        raise MetricsError(f"{where} answered HTTP {e.code}: is this a vLLM server?") from None
-    except (urllib.error.URLError, OSError) as e:
-        reason = getattr(e, "reason", e)
-        raise MetricsError(f"nothing answers at {where} ({reason}): is the vLLM server running there? "
-                           f"(teachspec serve starts one)") from None
-    try:
-        return parse(body.decode("utf-8"))
+        text = reply.body.decode("utf-8")
     except UnicodeDecodeError:
-        raise MetricsError(f"{where} sent bytes that are not text: is this a vLLM server?") from None
+        raise MetricsError(f"{where} sent bytes that are not text: is this a vLLM server? It sent "
+                           f"{quote(reply.body)}") from None
+    try:
+        return parse(text)
+    except MetricsError as e:
+        raise MetricsError(f"{where}: {e}; it sent {quote(reply.body)}") from None
 
 
 def _total(samples: Samples, name: str) -> float:
-    return sum(v for _, v in samples.get(name + "_total", samples.get(name, [])))
+    """A counter summed over its labels (vLLM counts per engine and per finish reason), each checked as a count."""
+    values = [_count(v, name) for _, v in samples.get(name + "_total", samples.get(name, []))]
+    return _count(sum(values), f"{name} summed over its labels")  # a sum of huge counts can overflow to inf
 
 
 def counters(samples: Samples) -> dict:
     """The fields of a Counters event (everything but t, request and source) from a parsed /metrics."""
     per_position: dict[int, float] = {}
-    for labels, v in samples.get("vllm:spec_decode_num_accepted_tokens_per_pos_total", []):
-        i = int(labels.get("position", 0))
-        per_position[i] = per_position.get(i, 0.0) + v
+    name = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+    for labels, v in samples.get(name, []):
+        position = labels.get("position", "0")
+        if not position.isdecimal() or int(position) >= MAX_POSITIONS:
+            raise MetricsError(f"{name} has a position that is not a whole number from 0 to {MAX_POSITIONS - 1}: "
+                               f"position={position!r}")
+        i = int(position)
+        per_position[i] = per_position.get(i, 0.0) + _count(v, f"{name}{{position={position!r}}}")
+    positions = range(max(per_position, default=-1) + 1)  # a position the server did not list counted nothing
     return dict(drafts=int(_total(samples, "vllm:spec_decode_num_drafts")),
                 draft_tokens=int(_total(samples, "vllm:spec_decode_num_draft_tokens")),
                 accepted=int(_total(samples, "vllm:spec_decode_num_accepted_tokens")),
-                accepted_per_position=[int(per_position.get(i, 0)) for i in range(len(per_position))],
+                accepted_per_position=[int(per_position.get(i, 0)) for i in positions],
                 prefix_queries=int(_total(samples, "vllm:prefix_cache_queries")),
                 prefix_hits=int(_total(samples, "vllm:prefix_cache_hits")),
                 requests=int(_total(samples, "vllm:request_success")))

@@ -21,20 +21,40 @@ steps appear above vLLM's block tree in a RadixTreeView.
 The server decides how it decodes: its speculative method and k are set when it starts (`start_vllm(...,
 speculate=)`), so `speculate` and `k` of a program run are not sent. Greedy decoding gives the same tokens either
 way; that is the point of speculative decoding.
+
+A reply is taken only when it is what was asked for. Each request ends within `timeout` seconds, body and all
+(serving/http.py), and a reply of the wrong shape is a ServerError that names the server and quotes what it sent:
+no choice, no token ids, a continuation left unscored, a log probability missing or NaN, a cached token count
+below 0 or above the prompt's length. Without these checks a broken server would surface as an IndexError deep in
+a program, or worse, as an empty generation or a select with nothing to choose from.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import time
-import urllib.error
-import urllib.request
+from typing import Any
 
 from teachspec.decode import Generation
 from teachspec.events import EventLog, Finish, Prefill, RequestStart
 from teachspec.program.score import Scored
+from teachspec.serving.http import fetch, json_of, quote
 from teachspec.serving.launch import ServerError, VllmServer
 from teachspec.stats import Stats
+
+COMPLETION_LIMIT = 64 * 1024 * 1024   # bytes of one /v1/completions reply: prompt log probabilities of ~500k tokens
+MODELS_LIMIT = 1024 * 1024            # bytes of /v1/models: a list of names
+
+
+class Answer(dict):
+    """A server's JSON object, with where it came from and the bytes it was read from: what an error quotes."""
+
+    __slots__ = ("where", "sent")
+
+    def __init__(self, data: dict, where: str, sent: bytes):
+        super().__init__(data)
+        self.where, self.sent = where, sent
 
 
 class RemoteEngine:
@@ -79,8 +99,11 @@ class RemoteEngine:
             body["stop"] = list(stop)
         request, t0 = self._start(ids), time.perf_counter()
         out = self.complete(body)
-        choice = out["choices"][0]
-        tokens = [int(t) for t in choice.get("token_ids") or []]
+        choice = self._choices(out)[0]
+        tokens = choice.get("token_ids")
+        if not _whole_numbers(tokens):  # absent is not "generated nothing": the server did not say what it generated
+            raise self._bad(out, f"gave no token_ids (a list of token ids >= 0) in its choice, got {_short(tokens)}; "
+                                 f"teachspec asks for them with return_token_ids, which vLLM serves")
         stats = self._stats(out, len(ids), time.perf_counter() - t0, len(tokens))
         # vLLM's finish_reason is "stop" for an eos id and a stop string alike; stop_reason tells them apart
         reason = ("length" if choice.get("finish_reason") == "length" else
@@ -104,14 +127,21 @@ class RemoteEngine:
         out = self.complete({"prompt": [ids + tail for tail in tails], "max_tokens": 1, "temperature": 0.0,
                              "prompt_logprobs": 0})
         seconds = time.perf_counter() - t0
+        choices = self._choices(out)
+        indexes = [c.get("index") for c in choices]
+        # one choice per continuation, numbered as asked: a continuation left out would leave select less to choose
+        if not _whole_numbers(indexes) or sorted(indexes) != list(range(len(tails))):
+            raise self._bad(out, f"scored the continuations {_short(indexes)}; {len(tails)} were asked, so each "
+                                 f"index from 0 to {len(tails) - 1} once")
         scored = []
-        for choice in sorted(out["choices"], key=lambda c: c["index"]):
+        for choice in sorted(choices, key=lambda c: c["index"]):
             tail = tails[choice["index"]]
             rows = choice.get("prompt_logprobs")
-            if not rows or len(rows) != len(ids) + len(tail):
-                raise ServerError(f"{self.url} gave no prompt_logprobs for {len(ids) + len(tail)} prompt tokens: is "
-                                  f"it a vLLM server? (select needs the log probability of each prompt token)")
-            logprobs = [float(rows[len(ids) + i][str(t)]["logprob"]) for i, t in enumerate(tail)]
+            if not isinstance(rows, list) or len(rows) != len(ids) + len(tail):
+                raise self._bad(out, f"gave no prompt_logprobs for the {len(ids) + len(tail)} prompt tokens of "
+                                     f"choice {choice['index']}: is it a vLLM server? (select needs the log "
+                                     f"probability of each prompt token)")
+            logprobs = [self._logprob(out, rows[len(ids) + i], t, len(ids) + i) for i, t in enumerate(tail)]
             stats = Stats(prompt_tokens=len(ids) + len(tail) - 1, wall_s=seconds / len(tails))
             self._finish(requests[choice["index"]], stats, "score")
             scored.append(Scored(tail, logprobs, stats))
@@ -121,28 +151,55 @@ class RemoteEngine:
 
     def complete(self, body: dict) -> dict:
         """POST /v1/completions; a ServerError names the server and quotes its complaint."""
-        return self._call("/v1/completions", {"model": self.model, **body})
+        return self._call("/v1/completions", {"model": self.model, **body}, COMPLETION_LIMIT)
 
     def _served_model(self) -> str:
-        models = self._call("/v1/models", None).get("data") or []
-        if not models:
-            raise ServerError(f"{self.url}/v1/models lists no model")
-        return models[0]["id"]
+        out = self._call("/v1/models", None, MODELS_LIMIT)
+        models = out.get("data")
+        if not isinstance(models, list) or not models:
+            raise self._bad(out, "lists no model (its \"data\" must be a non-empty list)")
+        name = models[0].get("id") if isinstance(models[0], dict) else None
+        if not isinstance(name, str) or not name:
+            raise self._bad(out, "lists a model without a name (each entry of \"data\" needs an \"id\")")
+        return name
 
-    def _call(self, path: str, body: dict | None) -> dict:
+    def _call(self, path: str, body: dict | None, limit: int) -> Answer:
+        """One request, whole within `self.timeout`, its reply a JSON object, or a ServerError quoting the reply."""
+        where = self.url + path
         data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + path, data, {"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as r:
-                return json.load(r)
-        except urllib.error.HTTPError as e:
-            detail = e.read().decode(errors="replace")[:300]
-            raise ServerError(f"{self.url}{path} refused the request (HTTP {e.code}): {detail}") from None
-        except (urllib.error.URLError, OSError) as e:
-            raise ServerError(f"nothing answers at {self.url}{path} ({getattr(e, 'reason', e)}): is the server "
-                              f"running?") from None
-        except json.JSONDecodeError:
-            raise ServerError(f"{self.url}{path} answered with something that is not JSON") from None
+        reply = fetch(where, data, timeout=self.timeout, limit=limit, error=ServerError,
+                      hint=": is the server running?")
+        if reply.status != 200:
+            raise ServerError(f"{where} refused the request (HTTP {reply.status}): {quote(reply.body, 300)}")
+        out = json_of(reply, ServerError)
+        if not isinstance(out, dict):
+            raise ServerError(f"{where} answered with JSON that is not an object: {quote(reply.body)}")
+        return Answer(out, where, reply.body)
+
+    # -- what a reply must hold ----------------------------------------------------------------------------------
+
+    def _bad(self, out: dict, what: str) -> ServerError:
+        """The error for a reply of the wrong shape: the server, what is wrong, and the start of what it sent
+        (a reply made by hand, with no bytes behind it, is quoted as JSON)."""
+        where = getattr(out, "where", self.url)
+        sent = getattr(out, "sent", None)
+        return ServerError(f"{where} {what}. It sent {quote(json.dumps(out, default=repr) if sent is None else sent)}")
+
+    def _choices(self, out: dict) -> list[dict]:
+        choices = out.get("choices")
+        if not isinstance(choices, list) or not choices or not all(isinstance(c, dict) for c in choices):
+            raise self._bad(out, f"answered without choices (a non-empty list of objects), got {_short(choices)}")
+        return choices
+
+    def _logprob(self, out: dict, row: Any, token: int, position: int) -> float:
+        """log p of `token` at `position` from one row of prompt_logprobs ({"id": {"logprob": x, ...}, ...})."""
+        entry = row.get(str(token)) if isinstance(row, dict) else None
+        value = entry.get("logprob") if isinstance(entry, dict) else None
+        # -inf is a probability of 0; NaN and +inf are no probability at all
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value) or value == math.inf:
+            raise self._bad(out, f"gave no log probability (a number, not NaN) of token {token} at prompt position "
+                                 f"{position}, got {_short(value)}")
+        return float(value)
 
     # -- the trace -----------------------------------------------------------------------------------------------
 
@@ -157,9 +214,16 @@ class RemoteEngine:
         return self._ids
 
     def _stats(self, out: dict, prompt: int, seconds: float, new: int) -> Stats:
-        details = (out.get("usage") or {}).get("prompt_tokens_details") or {}
-        return Stats(new_tokens=new, prompt_tokens=prompt, cached_tokens=int(details.get("cached_tokens") or 0),
-                     wall_s=seconds)
+        usage = out.get("usage") or {}  # a server may leave usage, or its details, out: nothing was cached then
+        details = (usage.get("prompt_tokens_details") or {}) if isinstance(usage, dict) else None
+        if not isinstance(details, dict):
+            raise self._bad(out, f"gave a usage that is not an object with prompt_tokens_details, got {_short(usage)}")
+        cached = details.get("cached_tokens") or 0
+        # a cached count is drawn as the prompt's cached part: it must be a part of the prompt
+        if not _whole_numbers([cached]) or cached > prompt:
+            raise self._bad(out, f"counted cached_tokens {_short(cached)}; it must be a whole number from 0 to the "
+                                 f"{prompt} tokens of the prompt")
+        return Stats(new_tokens=new, prompt_tokens=prompt, cached_tokens=cached, wall_s=seconds)
 
     def _finish(self, request: int, stats: Stats, reason: str) -> None:
         self.events.emit(Prefill, request=request, cached=stats.cached_tokens,
@@ -167,3 +231,14 @@ class RemoteEngine:
         self.events.emit(Finish, request=request, new_tokens=stats.new_tokens, reason=reason,
                          ms=stats.wall_s * 1e3)
 
+
+
+def _whole_numbers(values: Any) -> bool:
+    """Whether `values` is a list of whole numbers >= 0 (token ids, indexes, counts); JSON's true is not one."""
+    return isinstance(values, list) and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values)
+
+
+def _short(value: Any) -> str:
+    """A value as an error shows it: the start of its JSON (null, not None)."""
+    text = json.dumps(value, default=repr)
+    return text if len(text) <= 80 else text[:77] + "..."

@@ -28,6 +28,19 @@ seen twice is applied once. Without a replay endpoint, a jump is counted in `mis
 What goes wrong is said once, and the log keeps what it had: a server that does not answer when the watcher starts
 raises a ServerError at once; one that dies later, or a message that is not a KV event batch, stops the watcher
 with `watcher.error` set, a warning, and the same error raised by the next `settle()` or `check()`.
+
+Nothing on the socket is taken without looking, since whatever the watcher takes ends up in a trace that must load:
+
+    size        a frame longer than `MAX_FRAME` bytes is refused (ZMQ drops a larger message, and the gap it leaves
+                in the numbers is counted and said like any other)
+    fields      each event's fields have the types a trace has (events.py checks both the same way): token ids are
+                whole numbers >= 0, a block size is >= 1, a stored run holds exactly its blocks' tokens
+    numbers     batch numbers are >= 0 and move by at most `MAX_JUMP` from the last one (vLLM keeps 10,000 batches
+                for replay by default): a number corrupted into 2^62 would otherwise make every later batch look
+                seen already, and be dropped without a word
+
+A gap in the numbers is said by a warning with the count of batches lost, and counted in `missed`; a batch seen
+twice (replayed, then live) is applied once and counted in `repeated`.
 """
 
 from __future__ import annotations
@@ -36,52 +49,104 @@ import threading
 import time
 import warnings
 
-from teachspec.events import Counters, EventLog
+from typing import Any
+
+# the trace loader's own type check, so that an event taken here is one a saved trace can load
+from teachspec.events import Counters, EventLog, _conforms, _type_name
 from teachspec.serving import metrics
 from teachspec.serving.blocks import BlockTree
 from teachspec.serving.launch import ServerError, VllmServer
+
+MAX_FRAME = 64 * 1024 * 1024  # bytes in one frame: a batch of a step's new blocks is far smaller
+MAX_JUMP = 1_000_000          # how far batch numbers may move from the last one seen (see the module docstring)
+SOCKET = "the KV-event socket"
 
 
 class EventStreamError(ServerError):
     """A message on the KV-event socket that is not a KV event batch."""
 
 
-def decode(frames: list[bytes]) -> tuple[int, list[tuple[str, dict]]]:
-    """One ZMQ message from vLLM's publisher: (sequence number, [(event type, its fields), ...])."""
+def decode(frames: list[bytes], source: str = SOCKET) -> tuple[int, list[tuple[str, dict]]]:
+    """One ZMQ message from vLLM's publisher: (sequence number, [(event type, its fields), ...]), every field
+    checked; an EventStreamError says what `source` sent that is not a KV event batch, quoting its start."""
     import msgpack
 
     if len(frames) != 3 or len(frames[1]) != 8:
-        raise EventStreamError(f"a message on the KV-event socket has {len(frames)} frames "
+        raise EventStreamError(f"a message on {source} has {len(frames)} frames "
                                f"({[len(f) for f in frames]} bytes); vLLM sends 3: topic, an 8-byte sequence number, "
                                f"the msgpack batch")
     seq = int.from_bytes(frames[1], "big", signed=True)
+    if seq < 0:
+        raise EventStreamError(f"a message on {source} is numbered {seq}: batch numbers count up from 0")
+    big = max(frames, key=len)
+    if len(big) > MAX_FRAME:
+        raise EventStreamError(f"batch {seq} on {source} has a frame of {len(big):,} bytes, more than the "
+                               f"{MAX_FRAME:,} accepted")
     try:
         batch = msgpack.unpackb(frames[2], raw=False, strict_map_key=False)
     except Exception as e:  # msgpack raises several kinds for bytes that are not msgpack
-        raise EventStreamError(f"batch {seq} on the KV-event socket is not msgpack ({type(e).__name__}: {e})") \
-            from None
+        raise EventStreamError(f"batch {seq} on {source} is not msgpack ({type(e).__name__}: {e}): "
+                               f"{frames[2][:80]!r}") from None
     if not isinstance(batch, (list, tuple)) or len(batch) < 2 or not isinstance(batch[1], (list, tuple)):
-        raise EventStreamError(f"batch {seq} on the KV-event socket is not a KVEventBatch [ts, events, ...]: "
-                               f"{str(batch)[:80]}")
-    return seq, [_event(e, seq) for e in batch[1]]
+        raise EventStreamError(f"batch {seq} on {source} is not a KVEventBatch [ts, events, ...]: "
+                               f"{str(batch)[:200]}")
+    return seq, [_event(e, seq, source) for e in batch[1]]
 
 
-_FIELDS = {"BlockStored": ("block_hashes", "parent_block_hash", "token_ids", "block_size"),
-           "BlockRemoved": ("block_hashes",), "AllBlocksCleared": ()}
+Hash = Any  # vLLM names a block by an int or by bytes (a sha256 digest), as its hash function gives it
+_FIELDS: dict[str, dict[str, Any]] = {
+    "BlockStored": {"block_hashes": list[Hash], "parent_block_hash": Hash | None, "token_ids": list[int],
+                    "block_size": int},
+    "BlockRemoved": {"block_hashes": list[Hash]},
+    "AllBlocksCleared": {}}
 
 
-def _event(e, seq: int) -> tuple[str, dict]:
+def _event(e, seq: int, source: str = SOCKET) -> tuple[str, dict]:
     if isinstance(e, dict):
         kind, fields = e.get("type"), e
     elif isinstance(e, (list, tuple)) and e:
         kind = e[0]
-        fields = dict(zip(_FIELDS.get(kind, ()), e[1:]))
+        fields = dict(zip(_FIELDS.get(kind, ()), e[1:])) if isinstance(kind, str) else {}
     else:
         kind, fields = None, {}
-    if kind not in _FIELDS or any(name not in fields for name in _FIELDS[kind]):
-        raise EventStreamError(f"batch {seq} holds an event that is not a BlockStored, BlockRemoved or "
-                               f"AllBlocksCleared with their fields: {str(e)[:80]}")
-    return kind, {name: fields[name] for name in _FIELDS[kind]}
+    if not isinstance(kind, str) or kind not in _FIELDS or any(name not in fields for name in _FIELDS[kind]):
+        raise EventStreamError(f"batch {seq} on {source} holds an event that is not a BlockStored, BlockRemoved or "
+                               f"AllBlocksCleared with their fields: {str(e)[:200]}")
+    fields = {name: fields[name] for name in _FIELDS[kind]}
+    problem = _problem(kind, fields)
+    if problem:
+        raise EventStreamError(f"batch {seq} on {source} holds a {kind} whose {problem}: {str(e)[:200]}")
+    return kind, fields
+
+
+def _problem(kind: str, fields: dict) -> str | None:
+    """What is wrong with an event's fields, or None: their types as a trace checks them, then their meaning."""
+    for name, hint in _FIELDS[kind].items():
+        value = fields[name]
+        if name in ("block_hashes", "parent_block_hash"):
+            hashes = value if name == "block_hashes" else [] if value is None else [value]
+            if not isinstance(hashes, list) or not all(map(_is_hash, hashes)):
+                return f"{name} must be {'a list of block hashes' if name == 'block_hashes' else 'a block hash'} " \
+                       f"(ints, or bytes), got {str(value)[:80]}"
+        elif not _conforms(value, hint):
+            return f"{name} must be {_type_name(hint)}, got {type(value).__name__} {str(value)[:80]}"
+    if kind != "BlockStored":
+        return None
+    if fields["block_size"] < 1:
+        return f"block_size must be >= 1, got {fields['block_size']}"
+    if any(t < 0 for t in fields["token_ids"]):
+        return f"token_ids must be >= 0 (a token id indexes the vocabulary), got {min(fields['token_ids'])}"
+    if len(fields["token_ids"]) != len(fields["block_hashes"]) * fields["block_size"]:
+        return (f"{len(fields['token_ids'])} token ids are not {len(fields['block_hashes'])} full blocks of "
+                f"{fields['block_size']}")
+    return None
+
+
+def _is_hash(h: Any) -> bool:
+    """An int, bytes, or a list of byte values (msgpack's form of bytes from some encoders); never true or false."""
+    if isinstance(h, list):
+        return all(isinstance(b, int) and not isinstance(b, bool) and 0 <= b < 256 for b in h)
+    return isinstance(h, (int, bytes, bytearray)) and not isinstance(h, bool)
 
 
 class Watcher:
@@ -105,6 +170,7 @@ class Watcher:
         self.counters: Counters | None = None
         self.error: ServerError | None = None
         self.missed = 0                       # batches lost in a gap of sequence numbers
+        self.repeated = 0                     # batches seen twice (replayed, then live), applied once
         self.batches = 0
         self._last_seq: int | None = None
         self._last_message = time.monotonic()
@@ -127,10 +193,12 @@ class Watcher:
         self._socket = self._context.socket(zmq.SUB)
         self._socket.setsockopt(zmq.SUBSCRIBE, b"")
         self._socket.setsockopt(zmq.LINGER, 0)
+        self._socket.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME)  # ZMQ refuses a larger frame before it is in memory
         self._socket.connect(self.endpoint)
         if self.replay_endpoint:
             self._replay = self._context.socket(zmq.DEALER)
             self._replay.setsockopt(zmq.LINGER, 0)
+            self._replay.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME)
             self._replay.connect(self.replay_endpoint)
         else:
             time.sleep(0.3)  # ZMQ's slow joiner: a subscription takes a moment to reach the publisher
@@ -199,7 +267,8 @@ class Watcher:
 
     def _receive(self, frames: list[bytes]) -> None:
         """A batch from the live socket: after a jump in the numbers, first the batches in between."""
-        seq, events = decode(frames)
+        seq, events = decode(frames, f"{SOCKET} {self.endpoint}")
+        self._check_number(seq)
         expected = 0 if self._last_seq is None else self._last_seq + 1
         if seq > expected and self._replay is not None:
             self._catch_up(expected)
@@ -208,21 +277,36 @@ class Watcher:
     def _catch_up(self, start: int) -> None:
         """Ask the replay socket for batches start, start + 1, ... and apply them; it ends with number -1."""
         self._replay.send_multipart([b"", start.to_bytes(8, "big")])
-        while True:
+        for _ in range(MAX_JUMP + 1):  # a replay socket that never says it is done is a broken one
             if not self._replay.poll(10_000):
                 raise ServerError(f"the vLLM server at {self.url} did not answer its replay socket "
                                   f"({self.replay_endpoint}) within 10 s")
             frames = self._replay.recv_multipart()[1:]  # after the empty delimiter: topic, sequence, payload
             if len(frames) == 3 and frames[1] == (-1).to_bytes(8, "big", signed=True):
                 return
-            self._apply(*decode(frames))
+            self._apply(*decode(frames, f"the replay socket {self.replay_endpoint}"))
+        raise EventStreamError(f"the replay socket {self.replay_endpoint} sent more than {MAX_JUMP:,} batches for "
+                               f"one request without its end mark (-1)")
+
+    def _check_number(self, seq: int) -> None:
+        """Refuse a batch number that moved further than any stream moves (see the module docstring)."""
+        if self._last_seq is not None and abs(seq - self._last_seq) > MAX_JUMP:
+            raise EventStreamError(f"batch {seq} on {SOCKET} {self.endpoint} came after batch {self._last_seq}: "
+                                   f"a move of {seq - self._last_seq:+,}, more than the {MAX_JUMP:,} a stream can "
+                                   f"make, so its numbers are corrupted (or the server restarted: watch it anew)")
 
     def _apply(self, seq: int, events: list[tuple[str, dict]]) -> None:
+        self._check_number(seq)
         self._last_message = time.monotonic()
         if self._last_seq is not None and seq <= self._last_seq:
-            return  # seen already: replayed, then arriving live (or the other way round)
+            self.repeated += 1  # seen already: replayed, then arriving live (or the other way round)
+            return
         if self._last_seq is not None and seq > self._last_seq + 1:
-            self.missed += seq - self._last_seq - 1
+            lost = seq - self._last_seq - 1
+            self.missed += lost
+            warnings.warn(f"the KV events of {self.url} skip from batch {self._last_seq} to batch {seq}: {lost:,} "
+                          f"batches lost ({self.missed:,} in all), and the view lacks the blocks they stored or "
+                          f"removed", RuntimeWarning, stacklevel=2)
         self._last_seq = seq
         self.batches += 1
         for kind, fields in events:
