@@ -319,7 +319,8 @@ def cmd_serve(args) -> None:
         vllm_python()  # vLLM missing: say so, and how to install it, before anything starts
         print(f"starting vLLM on {args.pair} (speculate={args.speculate or 'none'}, k={args.k}); about 30 s on 2 "
               f"CPUs ...", flush=True)
-        with start_vllm(args.pair, speculate=args.speculate, k=args.k, port=args.port, kv_blocks=args.kv_blocks) as server:
+        with start_vllm(args.pair, speculate=args.speculate, k=args.k, port=args.port, kv_blocks=args.kv_blocks,
+                        api_key=args.api_key) as server:
             print(f"serving {server.model}\n  url        {server.url}  (/v1/completions, /metrics)\n  kv events  "
                   f"{server.events_endpoint}\n  pid        {server.pid}  (log: {server.log})\n"
                   f"watch it:  Watcher({server.url!r}, {server.events_endpoint!r})  (teachspec.serving)\n"
@@ -512,6 +513,9 @@ def parser() -> Parser:
     sv.add_argument("--port", type=whole(1), default=None, help="the HTTP port on 127.0.0.1 (default: a free one)")
     sv.add_argument("--kv-blocks", type=whole(2), default=None,
                     help="cap the KV cache at this many 32-token blocks, to watch it evict (default: vLLM's sizing)")
+    sv.add_argument("--api-key", default=None, metavar="KEY",
+                    help="answer /v1 only to requests with 'Authorization: Bearer KEY', for a shared machine "
+                         "(default: $TEACHSPEC_API_KEY, else no key)")
     sv.set_defaults(run=cmd_serve, parser=sv)
 
     for name, run in (("student", cmd_student), ("traces", cmd_traces), ("pin", cmd_pin)):

@@ -560,5 +560,12 @@ def test_the_otter_master_notebook_is_the_same_assignment_in_otters_format():
     plugin = next(p["teachspec.course.otter_plugin.Judge"] for p in config["plugins"]
                   if "teachspec.course.otter_plugin.Judge" in p)
     assert plugin["secret"] == secret
-    assert plugin["tests"] == {f"test_{_nbgrader(c)['grade_id']}": part for c, part in zip(graded, _parts(nb))}
+    names, question, n = [], None, 0  # Otter names a question's test cases "<question> - 1", "- 2", ...
+    for cell in nb.cells:
+        if cell.cell_type == "code" and _nbgrader(cell).get("solution"):
+            question, n = _nbgrader(cell)["grade_id"], 0
+        elif cell.cell_type == "code" and _nbgrader(cell).get("grade"):
+            n += 1
+            names.append(f"{question} - {n}")
+    assert plugin["tests"] == dict(zip(names, _parts(nb)))
     assert [i for i, c in enumerate(master.cells) if secret in c.source] == [0]

@@ -205,6 +205,33 @@ def test_the_course_is_written_where_asked_and_never_over_a_students_work(tmp_pa
     assert (key / "INSTRUCTORS.md").is_file()
 
 
+@pytest.mark.parametrize("link", ["index.ipynb", "traces"])
+def test_the_course_is_never_written_through_a_link_out_of_its_folder(tmp_path, capsys, link):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "index.ipynb").write_text("not the course's")
+    dest = tmp_path / "course"
+    dest.mkdir()
+    # a link to a file outside, or a subfolder that is a link: either would be written through
+    (dest / link).symlink_to(outside / "index.ipynb" if link == "index.ipynb" else outside)
+    for force in ([], ["--force"]):  # --force overwrites a file of the course, never one outside it
+        with pytest.raises(SystemExit) as refused:
+            main(["course", str(dest), *force])
+        err = capsys.readouterr().err
+        assert refused.value.code == 2 and f"points to {outside}" in err and "outside dest=" in err, err
+    assert (outside / "index.ipynb").read_text() == "not the course's"
+    assert sorted(p.name for p in outside.iterdir()) == ["index.ipynb"]  # nothing new written out there
+    assert sorted(p.name for p in dest.iterdir()) == [link]  # refused before anything was written
+
+
+def test_a_link_that_stays_inside_the_course_is_allowed(tmp_path):
+    dest = tmp_path / "course"
+    (dest / "kept").mkdir(parents=True)
+    (dest / "traces").symlink_to(dest / "kept")
+    main(["course", str(dest)])
+    assert (dest / "kept/speculation.jsonl").is_file()
+
+
 def test_grading_lays_the_assignments_out_for_nbgrader_and_otter(tmp_path, capsys):
     main(["grading", "nbgrader", str(tmp_path / "nbgrader")])
     assert "nbgrader generate_assignment" in capsys.readouterr().out

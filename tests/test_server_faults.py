@@ -153,6 +153,40 @@ def test_well_formed_replies_are_read(server):
     assert metrics.counters(metrics.read(url))["drafts"] == 4  # a gauge may be NaN; only counters must count
 
 
+# -- a server started with an API key -----------------------------------------------------------------------------
+
+def guarded(key: str, body: str):
+    """A script that answers as vLLM does with --api-key: 401 to /v1 without `Bearer key`, /metrics open to all."""
+    def script(h):
+        if h.path.startswith("/v1") and h.headers.get("Authorization") != f"Bearer {key}":
+            reply('{"error": "Unauthorized"}', status=401)(h)
+        else:
+            reply(body)(h)
+    return script
+
+
+def test_a_key_gets_through_a_guarded_server_and_no_key_or_a_wrong_one_is_said(server, monkeypatch):
+    monkeypatch.delenv("TEACHSPEC_API_KEY", raising=False)
+    url = server(guarded("s3cret", generated([3, 4])))
+    with_key = RemoteEngine(url, Pair(), model="m", timeout=5, api_key="s3cret")
+    assert with_key.generate([1, 2], max_new_tokens=2).tokens == [3, 4]
+    with pytest.raises(ServerError, match=r"/v1/completions needs an API key and none was given \(HTTP 401\)"):
+        engine(url).generate([1, 2], max_new_tokens=2)
+    wrong = RemoteEngine(url, Pair(), model="m", timeout=5, api_key="guess")
+    with pytest.raises(ServerError, match=r"refused the API key it was given \(HTTP 401\).*Unauthorized"):
+        wrong.generate([1, 2], max_new_tokens=2)
+    monkeypatch.setenv("TEACHSPEC_API_KEY", "s3cret")  # what `teachspec serve` was given: a URL alone takes it
+    assert engine(url).generate([1, 2], max_new_tokens=2).tokens == [3, 4]
+    server(guarded("s3cret", "vllm:spec_decode_num_drafts_total 4.0\n"))
+    assert metrics.counters(metrics.read(url))["drafts"] == 4  # vLLM guards /v1 only: /metrics needs no key
+
+
+@pytest.mark.parametrize("key", ["", "two\nlines", 5])
+def test_a_key_that_cannot_be_a_header_is_refused_before_any_request(key):
+    with pytest.raises(ValueError, match="api_key must be a non-empty string"):
+        RemoteEngine("http://127.0.0.1:9", Pair(), model="m", api_key=key)
+
+
 # -- (a) a reply that never ends in time ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("script", [trickle, trickle_headers], ids=["body", "headers"])

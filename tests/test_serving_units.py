@@ -351,6 +351,7 @@ def test_layout_puts_the_tokenizer_beside_each_model(tmp_path):
 @pytest.mark.parametrize("kwargs, match", [
     (dict(speculate="eagle"), "speculate must be one of"), (dict(k=0), "k must be an int from 1 to 16"),
     (dict(block_size=16), "block_size must be a positive multiple of 32"), (dict(kv_blocks=1), "kv_blocks must be"),
+    (dict(api_key=" key "), "api_key must be a non-empty string"), (dict(api_key="a\nb"), "api_key must be"),
 ])
 def test_bad_server_settings_are_refused_before_anything_starts(kwargs, match, monkeypatch, tmp_path):
     from teachspec.serving import start_vllm
@@ -374,6 +375,31 @@ def test_a_server_that_exits_is_reported_with_the_end_of_its_output(monkeypatch,
     monkeypatch.setenv("TEACHSPEC_VLLM_PYTHON", stand_in(tmp_path, 'echo "ValueError: no such model $4"; exit 3'))
     with pytest.raises(ServerError, match=r"exited with status 3 before it answered(.|\n)*ValueError: no such model"):
         start_vllm("tiny", workdir=tmp_path / "work")
+
+
+@pytest.mark.parametrize("given, env, sent", [("flag-key", "env-key", "flag-key"), (None, "env-key", "env-key"),
+                                              (None, None, "")])
+def test_the_api_key_reaches_vllm_in_its_environment_not_its_command_line(monkeypatch, tmp_path, given, env, sent):
+    import stat
+
+    from teachspec.serving import start_vllm
+
+    seen = tmp_path / "seen"
+    # the stand-in writes what vLLM would be given (its key, its arguments, its umask) and exits
+    monkeypatch.setenv("TEACHSPEC_VLLM_PYTHON", stand_in(
+        tmp_path, f'{{ echo "key=$VLLM_API_KEY"; echo "args=$*"; echo "umask=$(umask)"; }} > {seen}; exit 3'))
+    monkeypatch.setenv("VLLM_API_KEY", "left-in-the-shell")  # never passed on: the key is the one asked for
+    if env is None:
+        monkeypatch.delenv("TEACHSPEC_API_KEY", raising=False)
+    else:
+        monkeypatch.setenv("TEACHSPEC_API_KEY", env)
+    with pytest.raises(ServerError, match="exited with status 3"):
+        start_vllm("tiny", workdir=tmp_path / "work", api_key=given)
+    key, args, umask = seen.read_text().splitlines()
+    assert key == f"key={sent}"
+    assert "--api-key" not in args and (not sent or sent not in args)  # `ps` shows a command line to every user
+    assert umask.endswith("077")  # the socket files vLLM makes in its folder: 0o700, only their owner connects
+    assert stat.S_IMODE((tmp_path / "work").stat().st_mode) == 0o700
 
 
 def test_a_server_that_never_answers_is_stopped_by_its_pid(monkeypatch, tmp_path):

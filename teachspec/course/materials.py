@@ -80,6 +80,7 @@ def write_course(dest: str | Path, force: bool = False, solutions: bool = False)
     if missing:
         raise FileNotFoundError(f"{source / 'assignments'} lacks the student versions of {missing}: remake them "
                                 f"with teachspec.course.student.refresh()")
+    _inside(dest, files)
     there = [f for f in files if (dest / f).exists()]
     if there and not force:
         raise ValueError(f"dest={str(dest)!r} already holds {len(there)} of the course's files (e.g. {there[0]}); "
@@ -90,6 +91,19 @@ def write_course(dest: str | Path, force: bool = False, solutions: bool = False)
         origin = keys[f.name] if solutions and is_assignment(f) and f.name in keys else source / f
         written.append(Path(shutil.copyfile(origin, dest / f)))
     return written
+
+
+def _inside(dest: Path, files: list[Path]) -> None:
+    """Refuse, before anything is written, a file that would land outside `dest`: a symlink in `dest` (the file
+    itself, or a folder on its way) that points out of it would make copying write through it, onto whatever it
+    names. A symlink that stays inside `dest` is harmless and allowed."""
+    root = dest.resolve()
+    for f in files:
+        for path in [dest / f, *(dest / p for p in f.parents if p != Path("."))]:
+            target = path.resolve()
+            if target != root and root not in target.parents:
+                raise ValueError(f"{path} points to {target}, outside dest={str(dest)!r}: writing the course there "
+                                 f"would write outside its folder; remove the link or choose a new folder")
 
 
 def opening(dest: str | Path) -> str:

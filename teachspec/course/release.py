@@ -183,10 +183,8 @@ def _test_cell(name: str, code: str, points: float, hidden: bool = False) -> nbf
 def otter_master(nb: nbformat.NotebookNode, name: str, secret: str) -> nbformat.NotebookNode:
     """The solution notebook `nb` in Otter Assign's format, its graded tests decided by teachspec's plugin with the
     course's `secret`."""
-    tests = {f"test_{_nbgrader(c)['grade_id']}": PART.search(c.source).group(1) for c in nb.cells
-             if c.cell_type == "code" and _nbgrader(c).get("grade")}
-    plugin = json.dumps({"secret": secret, "files": hashes(), "tests": tests})
-    cells, source = [new_raw_cell(OTTER_CONFIG.format(name=name, plugin=plugin))], list(nb.cells)
+    tests = {}  # Otter names a question's test cases "<question> - 1", "- 2", ...: each one's part
+    cells, source = [], list(nb.cells)
     i = 0
     while i < len(source):
         cell, meta = source[i], _nbgrader(source[i])
@@ -198,9 +196,10 @@ def otter_master(nb: nbformat.NotebookNode, name: str, secret: str) -> nbformat.
             cells += [new_raw_cell(f"# BEGIN QUESTION\nname: {meta['grade_id']}"), new_raw_cell("# BEGIN SOLUTION"),
                       new_code_cell(_otter_markers(cell.source)), new_raw_cell("# END SOLUTION"),
                       new_raw_cell("# BEGIN TESTS")]
-            for check in checks:
+            for n, check in enumerate(checks, 1):
                 grade_id, points = _nbgrader(check)["grade_id"], _nbgrader(check)["points"]
                 cells.append(_test_cell(f"test_{grade_id}", check.source, points))
+                tests[f"{meta['grade_id']} - {n}"] = PART.search(check.source).group(1)
             cells += [new_raw_cell("# END TESTS"), new_raw_cell("# END QUESTION")]
         elif cell.cell_type == "markdown" and meta.get("grade"):  # a written answer, graded by hand
             prompt = [cells.pop()] if cells and cells[-1].cell_type == "markdown" else []
@@ -215,4 +214,6 @@ def otter_master(nb: nbformat.NotebookNode, name: str, secret: str) -> nbformat.
             copy.get("metadata", {}).pop("nbgrader", None)
             cells.append(copy)
         i += 1
+    plugin = json.dumps({"secret": secret, "files": hashes(), "tests": tests})
+    cells.insert(0, new_raw_cell(OTTER_CONFIG.format(name=name, plugin=plugin)))
     return new_notebook(cells=cells, metadata=nbformat.from_dict(nb.metadata))

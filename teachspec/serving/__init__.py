@@ -6,6 +6,7 @@
     watch.py    Watcher: the server's KV-event socket and its /metrics, followed into an EventLog
     metrics.py  its Prometheus counters as alpha, acceptance by position and tokens per target pass
     remote.py   RemoteEngine: gen and select of `teachspec.program` over /v1/completions
+    http.py     fetch: one HTTP exchange within a total deadline and a size cap, every failure named
 
     with start_vllm("tiny", speculate="model", k=3) as server, Watcher(server) as watcher:
         remote = RemoteEngine(server, pair, events=watcher.log)

@@ -42,10 +42,11 @@ class Reply:
 
 
 def fetch(url: str, data: bytes | None = None, *, timeout: float, limit: int, error: type[Exception],
-          hint: str = "") -> Reply:
+          hint: str = "", headers: dict[str, str] | None = None) -> Reply:
     """GET `url` (POST `data` as JSON when given) and read the whole reply within `timeout` seconds and `limit`
     bytes. Any status comes back as a Reply (the caller knows what a 400 means for it); a failure raises
-    `error(message)`, and `hint` is added to the message when nothing answers at all."""
+    `error(message)`, and `hint` is added to the message when nothing answers at all. `headers` are sent besides
+    the JSON ones (an `Authorization: Bearer KEY` for a server started with an API key)."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise error(f"{url!r} is not an http:// or https:// URL")
@@ -71,9 +72,9 @@ def fetch(url: str, data: bytes | None = None, *, timeout: float, limit: int, er
         watchdog.daemon = True
         watchdog.start()
         stage = "sending the request"
-        headers = {"Content-Type": "application/json", "Accept": "application/json, text/plain"}
+        sent = {"Content-Type": "application/json", "Accept": "application/json, text/plain", **(headers or {})}
         path = urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
-        connection.request("GET" if data is None else "POST", path, body=data, headers=headers)
+        connection.request("GET" if data is None else "POST", path, body=data, headers=sent)
         stage = "waiting for its headers"
         response = connection.getresponse()
         if cut.is_set():  # the watchdog's shutdown reads as the end of the headers: they were cut off

@@ -18,6 +18,13 @@ its own, so stopping it (on leaving the `with`, on an error, on Ctrl-C) ends its
 vLLM reads a model folder with its tokenizer beside the weights, so `layout` copies each model's files into a
 folder of its own with the pair's tokenizer. On a CPU, vLLM's attention needs blocks of a multiple of 32 tokens,
 and `enforce_eager` (no graph compilation) is required.
+
+On a shared machine any local user can reach 127.0.0.1, so a server can be started with an API key (`api_key=`,
+else `TEACHSPEC_API_KEY`): vLLM then answers /v1 only to requests with `Authorization: Bearer KEY` (its /health and
+/metrics stay open, as vLLM guards only /v1). The key goes to vLLM in its environment (`VLLM_API_KEY`, which it
+reads as it reads `--api-key`), not on its command line, which every user of the machine can read with `ps`. The
+ZMQ sockets of its KV events have no key: they are socket files made 0o700 (only their owner may connect) in a
+folder made 0o700.
 """
 
 from __future__ import annotations
@@ -113,6 +120,7 @@ class VllmServer:
     pair: str | None = None         # the bundled pair's name, when it serves one: a trace's replay finds its tokenizer
     folders: dict[str, Path] = field(default_factory=dict)
     scratch: Path | None = None     # a folder start_vllm made for the copies: removed once the server has stopped
+    api_key: str | None = None      # the key its /v1 asks for (None: none): RemoteEngine(server, ...) sends it
 
     @property
     def pid(self) -> int:
@@ -170,12 +178,14 @@ def command(python: str, folders: dict[str, Path], port: int, events: str, repla
 
 def start_vllm(pair: str | Path = "tiny", *, speculate: str | None = None, k: int = 3, port: int | None = None,
                block_size: int = 32, max_model_len: int = 1024,
-               kv_blocks: int | None = None, timeout: float = 240.0, workdir: str | Path | None = None) -> VllmServer:
+               kv_blocks: int | None = None, timeout: float = 240.0, workdir: str | Path | None = None,
+               api_key: str | None = None) -> VllmServer:
     """Start vLLM's OpenAI-compatible server on `pair` at 127.0.0.1 and return once `/health` answers.
 
     speculate: None (plain decoding), "model" (the pair's draft model) or "ngram" (prompt lookup), k guesses a
     step. kv_blocks caps the KV cache at that many blocks of `block_size` tokens (None: vLLM's own sizing), so
-    a small cache shows eviction. A server that exits or does not answer within `timeout` seconds is stopped and
+    a small cache shows eviction. api_key (None: TEACHSPEC_API_KEY if set, else no key) is what its /v1 will ask
+    for. A server that exits or does not answer within `timeout` seconds is stopped and
     a ServerError quotes the end of its output."""
     if speculate not in SPECULATE:
         raise ValueError(f"speculate must be one of {list(SPECULATE)} (vLLM's draft model or prompt lookup), got "
@@ -188,9 +198,16 @@ def start_vllm(pair: str | Path = "tiny", *, speculate: str | None = None, k: in
     if kv_blocks is not None and (isinstance(kv_blocks, bool) or not isinstance(kv_blocks, int) or kv_blocks < 2):
         raise ValueError(f"kv_blocks must be an int >= 2 (blocks of KV cache), or None for vLLM's sizing, got "
                          f"{kv_blocks!r}")
+    if api_key is None:
+        api_key = os.environ.get("TEACHSPEC_API_KEY") or None  # set but empty is no key, as for vLLM
+    if api_key is not None and (not isinstance(api_key, str) or not api_key or not api_key.isprintable()
+                                or api_key != api_key.strip()):
+        raise ValueError("api_key must be a non-empty string of printable characters without spaces at its ends "
+                         "(it is sent in an HTTP header), or None for no key")
     python = vllm_python()
     scratch = None if workdir is not None else Path(tempfile.mkdtemp(prefix="teachspec-vllm-"))
-    work = Path(workdir) if workdir is not None else scratch
+    work = Path(workdir) if workdir is not None else scratch  # mkdtemp makes its folder 0o700
+    work.mkdir(mode=0o700, parents=True, exist_ok=True)
     folders = layout(pair, work)
     if speculate == "model" and "draft" not in folders:
         raise ValueError(f"speculate='model' needs the pair's draft model, and {pair!r} has no draft/ folder")
@@ -201,13 +218,17 @@ def start_vllm(pair: str | Path = "tiny", *, speculate: str | None = None, k: in
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
            "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     env.pop("PYTHONPATH", None)  # vLLM's environment has its own transformers: keep ours out of its path
+    env.pop("VLLM_API_KEY", None)  # the key is the one asked for here, not one left in the shell
+    if api_key is not None:
+        env["VLLM_API_KEY"] = api_key  # not --api-key: a command line is readable by every user, an environment not
     with log.open("wb") as out:
         process = subprocess.Popen(command(python, folders, port, events, replay, speculate, k, block_size,
                                            max_model_len, kv_blocks),
-                                   stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+                                   stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                   umask=0o077)  # its socket files 0o700: no other user may connect to them
     server = VllmServer(f"http://127.0.0.1:{port}", events, replay, process,
                         str(folders["target"]), speculate, k, block_size, log,
-                        pair if isinstance(pair, str) and pair in BUNDLED else None, folders, scratch)
+                        pair if isinstance(pair, str) and pair in BUNDLED else None, folders, scratch, api_key)
     try:
         _wait(server, timeout)
     except BaseException:  # an error or Ctrl-C while waiting: never leave the process behind

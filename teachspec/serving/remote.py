@@ -22,6 +22,10 @@ The server decides how it decodes: its speculative method and k are set when it 
 speculate=)`), so `speculate` and `k` of a program run are not sent. Greedy decoding gives the same tokens either
 way; that is the point of speculative decoding.
 
+A server started with an API key (`start_vllm(..., api_key=)`, `teachspec serve --api-key`) answers /v1 only to
+requests that carry it as `Authorization: Bearer KEY`: give it as `api_key=`, or pass the VllmServer, which keeps
+it (a URL alone takes TEACHSPEC_API_KEY). A 401 is said as a refused (or missing) key, not as a bare HTTP status.
+
 A reply is taken only when it is what was asked for. Each request ends within `timeout` seconds, body and all
 (serving/http.py), and a reply of the wrong shape is a ServerError that names the server and quotes what it sent:
 no choice, no token ids, a continuation left unscored, a log probability missing or NaN, a cached token count
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from typing import Any
 
@@ -61,9 +66,10 @@ class RemoteEngine:
     """`generate` and `score` on an OpenAI-compatible server; `pair` gives the tokenizer both sides share."""
 
     def __init__(self, server: VllmServer | str, pair, events: EventLog | None = None, model: str | None = None,
-                 timeout: float = 300.0):
+                 timeout: float = 300.0, api_key: str | None = None):
         if isinstance(server, VllmServer):
             self.url, model = server.url, model or server.model
+            api_key = api_key if api_key is not None else server.api_key
         elif isinstance(server, str) and server.startswith(("http://", "https://")):
             self.url = server.rstrip("/")
         else:
@@ -71,7 +77,12 @@ class RemoteEngine:
         if not all(hasattr(pair, name) for name in ("encode", "decode", "eos", "tokenizer")):
             raise TypeError(f"pair must be a teachspec Pair (load_pair(...)), whose tokenizer the server shares, got "
                             f"{type(pair).__name__}")
-        self.pair, self.timeout = pair, timeout
+        if api_key is None and not isinstance(server, VllmServer):  # a URL: the key `teachspec serve` was given
+            api_key = os.environ.get("TEACHSPEC_API_KEY") or None
+        if api_key is not None and (not isinstance(api_key, str) or not api_key or not api_key.isprintable()):
+            raise ValueError("api_key must be a non-empty string of printable characters (it goes in an HTTP "
+                             "header), or None for a server started without one")
+        self.pair, self.timeout, self.api_key = pair, timeout, api_key
         self.events = events if events is not None else EventLog(pair=getattr(pair, "name", None))
         self.model = model or self._served_model()
         self._ids = 0
@@ -167,8 +178,14 @@ class RemoteEngine:
         """One request, whole within `self.timeout`, its reply a JSON object, or a ServerError quoting the reply."""
         where = self.url + path
         data = None if body is None else json.dumps(body).encode()
+        key = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else None
         reply = fetch(where, data, timeout=self.timeout, limit=limit, error=ServerError,
-                      hint=": is the server running?")
+                      hint=": is the server running?", headers=key)
+        if reply.status == 401:  # vLLM's answer to a missing or wrong key: say which, not only "HTTP 401"
+            said = "refused the API key it was given" if self.api_key else "needs an API key and none was given"
+            raise ServerError(f"{where} {said} (HTTP 401): pass the key the server was started with "
+                              f"(RemoteEngine(..., api_key=KEY), teachspec serve --api-key KEY); it sent "
+                              f"{quote(reply.body, 300)}")
         if reply.status != 200:
             raise ServerError(f"{where} refused the request (HTTP {reply.status}): {quote(reply.body, 300)}")
         out = json_of(reply, ServerError)

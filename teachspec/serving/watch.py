@@ -25,6 +25,10 @@ answers "send me the batches from number n on". The watcher asks it for everythi
 it can also join a server that has been serving for a while) and again whenever the sequence numbers jump; a batch
 seen twice is applied once. Without a replay endpoint, a jump is counted in `missed`.
 
+ZMQ has no API key: a server started with one (`start_vllm(..., api_key=)`) guards its /v1 only, and the watcher
+needs none, since `/metrics` is open and the event sockets are socket files that only their owner may connect to
+(start_vllm makes them 0o700).
+
 What goes wrong is said once, and the log keeps what it had: a server that does not answer when the watcher starts
 raises a ServerError at once; one that dies later, or a message that is not a KV event batch, stops the watcher
 with `watcher.error` set, a warning, and the same error raised by the next `settle()` or `check()`.
