@@ -27,6 +27,7 @@ to do next. Every failure is a `CheckFailed`, an AssertionError, so nbgrader and
 from __future__ import annotations
 
 import inspect
+import linecache
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -58,13 +59,25 @@ def code_of(answer) -> Definitions:
     except ImportError:
         get_ipython = None
     shell = get_ipython() if get_ipython is not None else None
-    if shell is not None and getattr(shell, "history_manager", None) is not None:
-        return from_sources(list(shell.history_manager.input_hist_raw))
+    if shell is not None:
+        return from_sources(_cells_run(shell))
     try:
         return from_sources([Path(inspect.getsourcefile(answer)).read_text(encoding="utf-8")])
     except (TypeError, OSError):
         raise ValueError(f"the code that defines {answer!r} is not in a file or a notebook: check it from one")
 
+
+
+def _cells_run(shell) -> list[str]:
+    """The cells this kernel ran, in order. The history has them when the front end stores it (JupyterLab, nbgrader);
+    a front end that runs cells with store_history=False (nbval) leaves it empty, but IPython's compiler still
+    keeps every cell it compiled, under a name, in the order first seen (the linecache its tracebacks read)."""
+    history = getattr(shell, "history_manager", None)
+    cells = list(history.input_hist_raw)[1:] if history is not None else []
+    if cells:
+        return cells
+    names = getattr(getattr(shell, "compile", None), "_filename_map", {})
+    return ["".join(linecache.cache[name][2]) for name in names if name in linecache.cache]
 
 def _parts(prefix: str, answer, *names: str) -> None:
     for name in names:
