@@ -18,6 +18,7 @@ Values cross as JSON, never pickle: unpickling the child's bytes here would run 
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import select
@@ -79,16 +80,9 @@ class Sandbox:
     denied: tuple[str, ...] = ()                        # more folders the child may not read (the course's)
 
     def __enter__(self) -> Sandbox:
-        self.scratch = tempfile.mkdtemp(prefix="teachspec-graded-")
-        self.output = open(os.path.join(self.scratch, "output.txt"), "wb")
-        replies, self._reply_w = os.pipe()
-        self._replies, self._buffer, self._proxies = replies, b"", {}
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": self.scratch, "TMPDIR": self.scratch,
-               "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-        self.process = subprocess.Popen([sys.executable, "-I", "-B", str(CHILD)], stdin=subprocess.PIPE,
-                                        stdout=self.output, stderr=self.output, cwd=self.scratch, env=env,
-                                        pass_fds=(self._reply_w,), start_new_session=True)
-        os.close(self._reply_w)  # the child holds the writing end now: its death is an end of file here
+        child = _take()
+        self.process, self.output, self.scratch, self._replies = child.process, child.output, child.scratch, child.replies
+        self._buffer, self._proxies = b"", {}
         try:
             self._start()
         except BaseException:
@@ -98,13 +92,13 @@ class Sandbox:
 
     def _start(self) -> None:
         self.deadline = time.monotonic() + self.limits.start_s
+        self._receive()  # started: torch imported (a spare child did that while the last part was judged)
+        self.deadline = time.monotonic() + self.limits.seconds  # the student's code from here: definitions, calls
         self._send({"definitions": self.definitions, "offers": self.offers, "stand_ins": self.stand_ins,
-                    "replace": list(self.replace), "reply_fd": self._reply_w, "scratch": self.scratch,
+                    "replace": list(self.replace), "scratch": self.scratch,
                     "readable": readable(), "denied": [str(Path(__file__).resolve().parents[1]), *self.denied],
                     "limits": {"cpu_s": self.limits.cpu_s, "memory_bytes": self.limits.memory_bytes,
                                "file_bytes": self.limits.file_bytes}})
-        self._receive()  # started: torch imported
-        self.deadline = time.monotonic() + self.limits.seconds  # the student's code from here: definitions, calls
         ready = self._receive()
         self.names, self.notes = set(ready.get("names", ())), list(ready.get("notes", ()))
 
@@ -112,13 +106,7 @@ class Sandbox:
         self.close()
 
     def close(self) -> None:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, 9)
-        self.process.wait(timeout=30)
-        self.process.stdin.close()
-        os.close(self._replies)
-        self.output.close()
-        shutil.rmtree(self.scratch, ignore_errors=True)
+        Child(self.process, self.output, self.scratch, self._replies).discard()
 
     # -- what the judge holds ------------------------------------------------------------------------------------
 
@@ -189,6 +177,60 @@ class Sandbox:
         with open(self.output.name, "rb") as f:
             f.seek(max(0, os.path.getsize(self.output.name) - 4000))
             return "\n".join(f.read().decode(errors="replace").splitlines()[-lines:])
+
+
+# -- the children ----------------------------------------------------------------------------------------------
+
+@dataclass
+class Child:
+    """A child interpreter, started before it is needed: it imports torch, says so, and waits for its setup."""
+    process: subprocess.Popen
+    output: object      # the file its stdout and stderr go to
+    scratch: str        # its working directory, HOME and TMPDIR
+    replies: int        # the reading end of its reply pipe
+
+    @classmethod
+    def start(cls) -> Child:
+        scratch = tempfile.mkdtemp(prefix="teachspec-graded-")
+        output = open(os.path.join(scratch, "output.txt"), "wb")
+        replies, reply_w = os.pipe()
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": scratch, "TMPDIR": scratch,
+               "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        process = subprocess.Popen([sys.executable, "-I", "-B", str(CHILD), str(reply_w), str(SPARE_WAITS_S)],
+                                   stdin=subprocess.PIPE, stdout=output, stderr=output, cwd=scratch, env=env,
+                                   pass_fds=(reply_w,), start_new_session=True)
+        os.close(reply_w)  # the child holds the writing end now: its death is an end of file here
+        return cls(process, output, scratch, replies)
+
+    def discard(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, 9)
+        self.process.wait(timeout=30)
+        self.process.stdin.close()
+        os.close(self.replies)
+        self.output.close()
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+SPARE_WAITS_S = 120  # a spare child nobody takes ends itself: an idle kernel keeps no torch process about
+_spare: list[Child] = []
+
+
+def _take() -> Child:
+    """A child for the next part, and a spare started for the part after it. Starting an interpreter and importing
+    torch is most of a part's time; the spare does it on another core while this part is judged."""
+    child = _spare.pop() if _spare else None
+    if child is not None and child.process.poll() is not None:  # a spare that waited too long and ended
+        child.discard()
+        child = None
+    _spare.append(Child.start())
+    return child if child is not None else Child.start()
+
+
+@atexit.register
+def _discard_spare() -> None:
+    while _spare:
+        _spare.pop().discard()
 
 
 def readable() -> list[str]:

@@ -1,7 +1,8 @@
 """The far side of the grading sandbox: the interpreter the student's code runs in, with nothing of the grader's.
 
 `teachspec.course.sandbox` starts this file by its path (`python -I -B sandbox_child.py`), so it imports nothing
-of teachspec. It reads one setup message on stdin, then serves calls until stdin closes:
+of teachspec. It is started before it is needed (`python -I -B sandbox_child.py REPLY_FD WAIT_S`): it imports torch, says
+"started", and waits up to WAIT_S seconds for one setup message on stdin, then serves calls until stdin closes:
 
     setup   {"definitions": code, "offers": {module: code}, "stand_ins": code, "replace": [names], "limits": ...,
              "readable": [folders], "denied": [folders], "scratch": folder}
@@ -9,14 +10,15 @@ of teachspec. It reads one setup message on stdin, then serves calls until stdin
             {"op": "many", "target": ..., "calls": [[args], ...]}       -> one reply per call, as each returns
             {"op": "getattr" | "repr" | "list", ...}
 
-Replies go to a pipe of their own (`reply_fd`), not stdout: the student's prints go to a file the parent reads at
+Replies go to a pipe of their own (REPLY_FD), not stdout: the student's prints go to a file the parent reads at
 most the end of. Values cross as JSON (never pickle, which would run the child's code in the grader): numbers, strings, lists,
 tuples, dicts, tensors by value; anything else stays here and crosses as a reference the parent calls back
 through.
 
 What holds the student's code here, in the order it is set up:
+- torch is imported first, before any of the student's code is here.
 - limits (`resource`): CPU seconds, address space, file size, open files. The parent adds a wall-clock deadline.
-- torch is imported first, then an audit hook (PEP 578), which code cannot remove, refuses: importing teachspec
+- then an audit hook (PEP 578), which code cannot remove, refuses: importing teachspec
   (but the narrow copies the exercise is offered, `offers`; a finder first on sys.meta_path refuses it to
   importlib too), opening files outside the folders the interpreter needs and the scratch folder, opening a folder
   (whose descriptor would reach files past these checks), writing, renaming or removing outside the scratch folder,
@@ -33,24 +35,30 @@ import ast
 import json
 import os
 import resource
+import select
 import sys
 
 REFUSED = "teachspec is not importable where your code is graded"
 
 
 def main() -> None:
-    setup = json.loads(sys.stdin.readline())
-    replies = os.fdopen(setup["reply_fd"], "w", encoding="utf-8")
-    limits = setup["limits"]
-    for name, value in (("RLIMIT_CPU", limits["cpu_s"]), ("RLIMIT_AS", limits["memory_bytes"]),
-                        ("RLIMIT_FSIZE", limits["file_bytes"]), ("RLIMIT_NOFILE", 256)):
-        resource.setrlimit(getattr(resource, name), (value, value))
+    replies = os.fdopen(int(sys.argv[1]), "w", encoding="utf-8")
     sys.dont_write_bytecode = True
 
     import torch  # before the hook: its import loads libraries through ctypes
 
     torch.set_num_threads(1)
-    send(replies, {"started": True})  # the parent's clock for the student's code starts here
+    send(replies, {"started": True})  # started ahead of need: the setup comes when a part is judged
+    if not select.select([sys.stdin], [], [], float(sys.argv[2]))[0]:
+        return  # a spare nobody took
+    line = sys.stdin.readline()
+    if not line:
+        return  # the parent is gone
+    setup = json.loads(line)
+    limits = setup["limits"]
+    for name, value in (("RLIMIT_CPU", limits["cpu_s"]), ("RLIMIT_AS", limits["memory_bytes"]),
+                        ("RLIMIT_FSIZE", limits["file_bytes"]), ("RLIMIT_NOFILE", 256)):
+        resource.setrlimit(getattr(resource, name), (value, value))
     home = {"__name__": "__main__", "__builtins__": __builtins__}
     offered = offer(setup["offers"])
     stand_ins: dict = {"__name__": "stand_ins"}
