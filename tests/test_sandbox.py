@@ -320,3 +320,26 @@ def test_from_sources_keeps_the_definitions_and_drops_what_computes():
     names: dict = {}
     exec(out.code, names)  # what is kept runs on its own
     assert names["g"]() == 2 and names["root"](4.0) == pytest.approx(2.0) and names["limit"] == 3
+
+
+def test_a_spare_child_waits_for_its_setup_then_serves_and_ends_itself_if_nobody_takes_it(monkeypatch):
+    """Each part takes the spare child started while the last part was judged (torch already imported) and starts
+    the next one; a spare nobody takes ends itself after SPARE_WAITS_S, and the next part starts a fresh child."""
+    from teachspec.course import sandbox
+
+    monkeypatch.setattr(sandbox, "SPARE_WAITS_S", 3)
+    sandbox._discard_spare()
+    with Sandbox(VALUES) as box:
+        first = box.process.pid
+        assert box.answer("double")(4) == 8
+        (spare,) = sandbox._spare
+        assert spare.process.poll() is None and spare.process.pid != first
+    with Sandbox(VALUES) as box:
+        assert box.process.pid == spare.process.pid, "the spare was not the next part's child"
+        assert box.answer("double")(5) == 10
+    (idle,) = sandbox._spare
+    assert idle.process.wait(timeout=60) == 0, "a spare nobody took did not end itself"
+    with Sandbox(VALUES) as box:
+        assert box.process.pid != idle.process.pid and box.answer("double")(6) == 12
+    sandbox._discard_spare()
+    assert not Path(idle.scratch).exists() and not sandbox._spare
