@@ -57,3 +57,18 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
     elif device.type == "mps":
         torch.mps.synchronize()
+
+
+def available_bytes(device: torch.device) -> int | None:
+    """Memory free for new tensors on `device`: the GPU's free memory, or on a CPU what Linux calls MemAvailable
+    (what can be allocated without swapping); None where neither can be read."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None

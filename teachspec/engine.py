@@ -18,6 +18,7 @@ inside `running`, which holds the request's lease on the radix cache and stores 
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
@@ -27,7 +28,7 @@ import torch
 from teachspec import kv
 from teachspec.checks import check_context, check_int, check_prompt, check_seed
 from teachspec.decode import Generation
-from teachspec.device import synchronize
+from teachspec.device import available_bytes, synchronize
 from teachspec.events import Accept, Bonus, Draft, EventLog, Finish, Prefill, Reject, RequestStart, Resample, \
     TreeDraft, Verify
 from teachspec.models.pair import Pair, load_pair
@@ -46,6 +47,7 @@ from teachspec.threads import follow
 
 DRAFTERS = ("model", "eagle", "ngram", "oracle", "adversary", None)
 DYNAMIC_DEPTH = 5  # tree="dynamic": levels grown (3 nodes expanded a level, 10 guesses kept: a CPU's pass is dear)
+MAX_TREE_NODES = 1024  # guesses in one static tree: EAGLE's and Medusa's use about 60, a GPU pass stays cheap to 256
 
 
 def drafting_s(r: Request, seconds: float) -> float | None:
@@ -63,11 +65,13 @@ def top(probs: torch.Tensor, n: int) -> list[list] | None:
     return [[i, round(v, 6)] for i, v in zip(ids.tolist(), values.tolist())]
 
 
-def check_tree(tree, speculate) -> tuple[int, ...] | str | None:
+def check_tree(tree, speculate, vocab_size: int, device: torch.device) -> tuple[int, ...] | str | None:
     """`tree=`: None (a chain), the most children a node may have at each depth, e.g. (3, 2, 2, 1), "adaptive"
     (the shape with the best expected tokens per second, `tree_policy.py`) or "dynamic" (EAGLE-2's tree of the
     draft's most confident paths); the drafters that can propose several branches are the draft model, the EAGLE
-    head, the oracle and prompt lookup."""
+    head, the oracle and prompt lookup. A shape's guesses multiply: (16, 16, 16, 16) is 69,904 of them, so a shape
+    is refused above MAX_TREE_NODES guesses, or when its pass would need more than half the memory `device` has
+    free, before anything is allocated."""
     if tree is None:
         return None
     if tree not in ("adaptive", "dynamic") and (not isinstance(tree, (tuple, list)) or not 1 <= len(tree) <= 16
@@ -81,7 +85,24 @@ def check_tree(tree, speculate) -> tuple[int, ...] | str | None:
     if tree == "dynamic" and speculate == "ngram":
         raise ValueError("tree='dynamic' ranks the draft model's own probabilities; prompt lookup has none: use "
                          "speculate='model' or 'oracle' with it, or a tree shape with prompt lookup")
-    return tree if tree in ("adaptive", "dynamic") else tuple(tree)
+    if tree in ("adaptive", "dynamic"):
+        return tree
+    nodes = sum(math.prod(tree[:d + 1]) for d in range(len(tree)))  # guesses at each depth, summed
+    if nodes > MAX_TREE_NODES:
+        raise ValueError(f"tree={tuple(tree)} guesses {nodes:,} tokens in one pass, more than the {MAX_TREE_NODES:,} "
+                         f"a tree may hold: each depth multiplies the guesses by its branching factor")
+    need, free = tree_pass_bytes(nodes, vocab_size), available_bytes(device)
+    if free is not None and need > free / 2:
+        raise ValueError(f"tree={tuple(tree)} guesses {nodes:,} tokens, whose pass needs about {need / 2**30:.1f} GiB "
+                         f"(a row of {vocab_size:,} logits per guess, several times over), and {device} has "
+                         f"{free / 2**30:.1f} GiB free: use a smaller shape")
+    return tuple(tree)
+
+
+def tree_pass_bytes(nodes: int, vocab_size: int) -> int:
+    """About what checking a tree of `nodes` guesses allocates beyond the models: for each guess a float32 row of
+    the vocabulary for the target's logits, p, the draft's q and a residual, and the tree attention mask."""
+    return nodes * vocab_size * 4 * 4 + (nodes + 1) ** 2 * 4
 
 
 class Engine:
@@ -100,9 +121,13 @@ class Engine:
                             f"{type(pair).__name__} {pair!r}")
         if events is not None and not isinstance(events, EventLog):
             raise TypeError(f"events must be an EventLog or None, got {type(events).__name__} {events!r}")
-        self.record_top = check_int("record_top", record_top, 0)
+        record_top = check_int("record_top", record_top, 0)
         cache_tokens = check_int("cache_tokens", cache_tokens, 0)
         self.pair = load_pair(pair) if isinstance(pair, str) else pair
+        if record_top > self.pair.vocab_size:
+            raise ValueError(f"record_top must be at most the vocabulary's {self.pair.vocab_size:,} tokens (it is how "
+                             f"many of the likeliest to record at each position), got {record_top:,}")
+        self.record_top = record_top
         self.events = events if events is not None else EventLog()
         if self.events.pair is None:
             self.events.pair = self.pair.name  # so a saved trace says which tokenizer replays it
@@ -351,7 +376,7 @@ class Engine:
         max_new_tokens = check_int("max_new_tokens", max_new_tokens, 0)
         rule = StopRule(self.pair.eos, stop_strings(stop), self.pair.decode)
         drafter = self.drafter(speculate, ngram)
-        tree = check_tree(tree, speculate)
+        tree = check_tree(tree, speculate, self.pair.vocab_size, self.pair.device)
         ids = self.checked_prompt(prompt, max_new_tokens)
         seed = check_seed(seed)
         learnt = k == "adaptive" and drafter is not None

@@ -10,7 +10,8 @@ Request lifecycle
     RequestStart  request, prompt_tokens (count), prompt (token ids)
     Prefill       cached (prompt tokens served from the radix cache), computed (tokens run through the target),
                   ms (wall time of the prefill)
-    Finish        new_tokens (count), reason ("eos" | "length" | "score"), ms (wall time of the whole request)
+    Finish        new_tokens (count), reason ("eos" | "stop" (a stop string) | "length" | "score"), ms (wall time of
+                  the whole request)
     Score         position (index of the continuation's first token), tokens (the continuation's ids), logprobs
                   (the target's log-probability of each): `program.score.score` rates continuations of a prompt instead
                   of generating one; its request is RequestStart (the prompt), a Prefill each time the prompt is
@@ -52,7 +53,8 @@ Radix cache (node ids are stable for a node's life; the root is node 0)
 Programs (teachspec.program; `request` is -1: a call may run several requests, or none)
     ProgramStep   run (the run's id), program (the function's name), branch (0, or the fork it runs in), call
                   ("text" | "gen" | "select" | "fork"), name (the variable it sets, "" for none), line
-                  (the program's line that made the call), position (tokens in the branch's state when it starts)
+                  (the program's line that made the call, from 1), position (tokens in the branch's state when it
+                  starts)
     ProgramSpan   run, branch, call, name, start, stop (the tokens [start, stop) of the branch's state the call
                   added), text (their text): the call is done
 
@@ -76,6 +78,23 @@ event with its `kind`. `EventLog.load` checks the whole file before it returns a
 not an object, of an unknown kind, missing a field or holding a value of the wrong type (the type is the one the
 event's dataclass annotates), and a file that is empty, binary or from a newer version, each raise a TraceError
 that names the file, the line and the problem.
+
+It checks what the values mean as well, since a trace that parses can still describe nothing that happened:
+    ranges     each field's annotation carries its range (`Count` is an int >= 0, `Probability` a float in [0, 1],
+               `Reason` one of the names above; see "what a value may be" below): counts, positions, steps, token
+               and node ids and times are >= 0, `request` >= -1, log-probabilities <= 0, Verify's n and Split's at
+               >= 1. A probability may pass 1 by 1e-6, and a log-probability 0 by as much: a float32 softmax
+               rounds so
+    agreement  the fields of one event agree: a Draft has one q per token, a Score one log-probability per token,
+               an Insert's ids (when given) are `tokens` many, a RequestStart's prompt (when given)
+               `prompt_tokens` many, a TreeDraft's parents make a tree (parents[0] = -1, then
+               0 <= parents[j] < j) with one token per node, a Match's path ends at its node, a ProgramSpan's
+               start <= stop, and a Counters' accepted <= draft_tokens and prefix_hits <= prefix_queries
+    steps      across the trace: an Accept, Reject, Resample or Bonus belongs to a step that its request drafted or
+               verified before it (its Draft, TreeDraft or Verify; a trace of judgments alone, with none of those,
+               is let be), and judges a guess that step made (i < the Draft's k, or the TreeDraft's node count)
+Each refusal is a TraceError that names the line, the event's kind, the field, its value and what it must be;
+`EventLog.from_dicts` says "event n" for the line. `check_event(event)` is the check of one event alone.
 """
 
 from __future__ import annotations
@@ -88,23 +107,74 @@ import typing
 import warnings
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Iterator
+from typing import Annotated, Any, Callable, ClassVar, Iterator
 
 FORMAT = "teachspec-trace"
 VERSION = 2  # 2: plain decoding as Verify + Bonus; version 1's Plain events are read as those
 
-Top = list[tuple[int, float]]  # [[token, probability], ...], the few most likely alternatives
 
 
 class TraceError(ValueError):
     """A trace that cannot be replayed; the message names the file, the line and what is wrong there."""
 
 
+# -- what a value may be -----------------------------------------------------------------------------------------
+# A field's annotation is its JSON type and, through Annotated, its meaning: the values that meaning allows. Both
+# are declared here once, and `load` checks both; code that makes events only sees the plain types.
+
+ROUNDING = 1e-6  # how far a float32 softmax may overshoot: it can give a probability of 1.0000001
+
+
+@dataclass(frozen=True, slots=True)
+class Range:
+    """The numbers a field may hold, both ends included (None: no end); `slack` forgives rounding above `high`."""
+    low: float | None = None
+    high: float | None = None
+    slack: float = 0.0
+
+    def holds(self, x: float) -> bool:
+        return (self.low is None or x >= self.low) and (self.high is None or x <= self.high + self.slack)
+
+    def __str__(self) -> str:
+        if self.high is None:
+            return f">= {self.low}"
+        return f"<= {self.high}" if self.low is None else f"in [{self.low}, {self.high}]"
+
+
+@dataclass(frozen=True, slots=True)
+class OneOf:
+    """The names a field may hold."""
+    names: tuple[str, ...]
+
+    def holds(self, x: str) -> bool:
+        return x in self.names
+
+    def __str__(self) -> str:
+        return f"one of {', '.join(map(repr, self.names))}"
+
+
+Seconds = Annotated[float, Range(0)]              # `t`: since the log was created
+RequestId = Annotated[int, Range(-1)]             # -1: outside any request
+Count = Annotated[int, Range(0)]                  # how many: tokens, locks, drafts, requests
+Index = Annotated[int, Range(0)]                  # where, counting from 0: a position in the sequence, a step,
+                                                  # a guess's i, a run, a branch
+TokenId = Annotated[int, Range(0)]                # an index into the vocabulary
+NodeId = Annotated[int, Range(0)]                 # a radix node: the root is 0, the others 1, 2, ... as made
+                                                  # (serving/blocks.py numbers vLLM's blocks so; no hash is an id)
+Ms = Annotated[float, Range(0)]                   # a wall time, in milliseconds
+Probability = Annotated[float, Range(0, 1, slack=ROUNDING)]
+LogProb = Annotated[float, Range(high=0, slack=ROUNDING)]
+Reason = Annotated[str, OneOf(("eos", "stop", "length", "score"))]    # why a request finished
+CallKind = Annotated[str, OneOf(("text", "gen", "select", "fork"))]   # what a program's call did
+
+Top = list[tuple[TokenId, Probability]]  # [[token, probability], ...], the few most likely alternatives
+
+
 @dataclass(slots=True)
 class Event:
     kind: ClassVar[str] = "event"
-    t: float
-    request: int
+    t: Seconds
+    request: RequestId
 
 
 # -- request lifecycle -------------------------------------------------------------------------------------------
@@ -112,32 +182,32 @@ class Event:
 @dataclass(slots=True)
 class RequestStart(Event):
     kind: ClassVar[str] = "request_start"
-    prompt_tokens: int
-    prompt: list[int] = field(default_factory=list)
+    prompt_tokens: Count
+    prompt: list[TokenId] = field(default_factory=list)
 
 
 @dataclass(slots=True)
 class Prefill(Event):
     kind: ClassVar[str] = "prefill"
-    cached: int
-    computed: int
-    ms: float
+    cached: Count
+    computed: Count
+    ms: Ms
 
 
 @dataclass(slots=True)
 class Finish(Event):
     kind: ClassVar[str] = "finish"
-    new_tokens: int
-    reason: str
-    ms: float
+    new_tokens: Count
+    reason: Reason
+    ms: Ms
 
 
 @dataclass(slots=True)
 class Score(Event):
     kind: ClassVar[str] = "score"
-    position: int
-    tokens: list[int]
-    logprobs: list[float]
+    position: Index
+    tokens: list[TokenId]
+    logprobs: list[LogProb]
 
 
 # -- speculation -------------------------------------------------------------------------------------------------
@@ -145,44 +215,44 @@ class Score(Event):
 @dataclass(slots=True)
 class Draft(Event):
     kind: ClassVar[str] = "draft"
-    step: int
-    position: int
-    tokens: list[int]
-    q: list[float]
+    step: Index
+    position: Index
+    tokens: list[TokenId]
+    q: list[Probability]
     drafter: str
-    ms: float
+    ms: Ms
 
 
 @dataclass(slots=True)
 class TreeDraft(Event):
     kind: ClassVar[str] = "tree_draft"
-    step: int
-    position: int
-    parents: list[int]
-    tokens: list[int]
+    step: Index
+    position: Index
+    parents: list[Annotated[int, Range(-1)]]  # -1 for the root; that they make a tree is checked as a whole
+    tokens: list[TokenId]
     drafter: str
-    ms: float
+    ms: Ms
 
 
 @dataclass(slots=True)
 class Verify(Event):
     kind: ClassVar[str] = "verify"
-    step: int
-    position: int
-    n: int
-    ms: float
+    step: Index
+    position: Index
+    n: Annotated[int, Range(1)]  # a pass scores the committed token's next position at least
+    ms: Ms
 
 
 @dataclass(slots=True)
 class Judged(Event):
     """A drafted token the target has judged: the fields Accept and Reject share."""
-    step: int
-    position: int
-    i: int
-    token: int
-    p: float
-    q: float
-    u: float
+    step: Index
+    position: Index
+    i: Index
+    token: TokenId
+    p: Probability
+    q: Probability
+    u: Annotated[float, Range(0, 1)]  # the uniform draw
     top_p: Top | None = None
     top_q: Top | None = None
 
@@ -200,22 +270,22 @@ class Reject(Judged):
 @dataclass(slots=True)
 class Resample(Event):
     kind: ClassVar[str] = "resample"
-    step: int
-    position: int
-    i: int
-    token: int
-    p: float
-    q: float
+    step: Index
+    position: Index
+    i: Index
+    token: TokenId
+    p: Probability
+    q: Probability
     top_residual: Top | None = None
 
 
 @dataclass(slots=True)
 class Bonus(Event):
     kind: ClassVar[str] = "bonus"
-    step: int
-    position: int
-    token: int
-    p: float
+    step: Index
+    position: Index
+    token: TokenId
+    p: Probability
     top_p: Top | None = None
 
 
@@ -224,52 +294,52 @@ class Bonus(Event):
 @dataclass(slots=True)
 class Match(Event):
     kind: ClassVar[str] = "match"
-    node: int
-    length: int
-    path: list[int]
+    node: NodeId
+    length: Count
+    path: list[NodeId]
 
 
 @dataclass(slots=True)
 class Insert(Event):
     kind: ClassVar[str] = "insert"
-    node: int
-    parent: int
-    tokens: int
-    cached: int
-    ids: list[int] | None = None
+    node: Annotated[int, Range(-1)]  # -1: nothing new was stored
+    parent: NodeId
+    tokens: Count
+    cached: Count
+    ids: list[TokenId] | None = None
 
 
 @dataclass(slots=True)
 class Split(Event):
     kind: ClassVar[str] = "split"
-    node: int
-    new: int
-    parent: int
-    at: int
+    node: NodeId
+    new: NodeId
+    parent: NodeId
+    at: Annotated[int, Range(1)]  # the new parent holds at least one token
 
 
 @dataclass(slots=True)
 class Evict(Event):
     kind: ClassVar[str] = "evict"
-    node: int
-    parent: int
-    tokens: int
+    node: NodeId
+    parent: NodeId
+    tokens: Count
 
 
 @dataclass(slots=True)
 class Lock(Event):
     kind: ClassVar[str] = "lock"
-    node: int
-    locks: int
-    protected: int
+    node: NodeId
+    locks: Count
+    protected: Count
 
 
 @dataclass(slots=True)
 class Unlock(Event):
     kind: ClassVar[str] = "unlock"
-    node: int
-    locks: int
-    protected: int
+    node: NodeId
+    locks: Count
+    protected: Count
 
 
 # -- programs ----------------------------------------------------------------------------------------------------
@@ -277,24 +347,24 @@ class Unlock(Event):
 @dataclass(slots=True)
 class ProgramStep(Event):
     kind: ClassVar[str] = "program_step"
-    run: int
+    run: Index
     program: str
-    branch: int
-    call: str
+    branch: Index
+    call: CallKind
     name: str
-    line: int
-    position: int
+    line: Annotated[int, Range(1)]  # a source file's lines count from 1
+    position: Index
 
 
 @dataclass(slots=True)
 class ProgramSpan(Event):
     kind: ClassVar[str] = "program_span"
-    run: int
-    branch: int
-    call: str
+    run: Index
+    branch: Index
+    call: CallKind
     name: str
-    start: int
-    stop: int
+    start: Index
+    stop: Index
     text: str
 
 
@@ -304,13 +374,13 @@ class ProgramSpan(Event):
 class Counters(Event):
     kind: ClassVar[str] = "counters"
     source: str
-    drafts: int
-    draft_tokens: int
-    accepted: int
-    accepted_per_position: list[int]
-    prefix_queries: int
-    prefix_hits: int
-    requests: int
+    drafts: Count
+    draft_tokens: Count
+    accepted: Count
+    accepted_per_position: list[Count]
+    prefix_queries: Count
+    prefix_hits: Count
+    requests: Count
 
 
 KINDS: dict[str, type[Event]] = {c.kind: c for c in (
@@ -409,8 +479,11 @@ class EventLog:
 
     @classmethod
     def from_dicts(cls, rows: list[dict]) -> "EventLog":
-        """Events from dicts like `to_dicts` makes, each checked as `load` checks a line (errors say "event n")."""
-        return cls([_event(row, f"event {n}") for n, row in enumerate(rows)])
+        """Events from dicts like `to_dicts` makes, checked as `load` checks a file (errors say "event n")."""
+        labels = [f"event {n}" for n in range(len(rows))]
+        events = [_event(row, label) for row, label in zip(rows, labels)]
+        _check_steps(events, labels, "")
+        return cls(events)
 
     @classmethod
     def load(cls, path: str | Path) -> "EventLog":
@@ -449,22 +522,31 @@ class EventLog:
         if pair is not None and not isinstance(pair, str):
             raise TraceError(f"{path}, line 1: the header's pair must be the name of a pair (a string), got "
                              f"{_short(pair)}")
-        rows = [(_parse(line, f"{path}, line {n}"), f"{path}, line {n}") for n, line in enumerate(lines[1:], start=2)
+        rows = [(_parse(line, f"{path}, line {n}"), f"line {n}") for n, line in enumerate(lines[1:], start=2)
                 if line.strip()]
         if version == 1:
-            rows = [(new, where) for row, where in rows for new in _from_version_1(row)]
-        return cls([_event(row, where) for row, where in rows], pair=pair)
+            rows = [(new, label) for row, label in rows for new in _from_version_1(row)]
+        events = [_event(row, f"{path}, {label}") for row, label in rows]
+        _check_steps(events, [label for _, label in rows], f"{path}, ")
+        return cls(events, pair=pair)
 
 
 # -- checking a trace as it is read --------------------------------------------------------------------------------
 
 def _schema(cls: type[Event]) -> dict[str, tuple[Any, bool]]:
-    """{field: (its annotation, required)}: the dataclasses are the schema of a trace."""
-    hints = typing.get_type_hints(cls)
+    """{field: (its JSON type, required)}: the dataclasses are the schema of a trace."""
+    hints = typing.get_type_hints(cls)  # Annotated's ranges left out: the type alone
     return {f.name: (hints[f.name], f.default is MISSING and f.default_factory is MISSING) for f in fields(cls)}
 
 
+def _meanings(cls: type[Event]) -> dict[str, Any]:
+    """{field: its annotation, ranges and all}, for the fields whose annotation holds a Range or a OneOf."""
+    plain, full = typing.get_type_hints(cls), typing.get_type_hints(cls, include_extras=True)
+    return {f.name: full[f.name] for f in fields(cls) if full[f.name] != plain[f.name]}
+
+
 _SCHEMA = {kind: _schema(cls) for kind, cls in KINDS.items()}  # read once, at import
+_MEANINGS = {kind: _meanings(cls) for kind, cls in KINDS.items()}
 
 
 def _parse(line: str, where: str) -> Any:
@@ -527,8 +609,109 @@ def _event(row: Any, where: str) -> Event:
             raise TraceError(f"{where}: the field {name!r} of this {kind!r} event must be {_type_name(hint)}, got "
                              f"{_short(value)}")
         values[name] = float(value) if hint is float else value  # JSON writes 2.0 as 2 at times; a float is a float
-    return KINDS[kind](**values)
+    return check_event(KINDS[kind](**values), where)
 
+
+def check_event(event: Event, where: str = "an event") -> Event:
+    """`event` itself, or a TraceError at `where` when a field holds what it cannot mean: a value outside the range
+    its annotation gives, or fields that disagree with each other (the module docstring lists both)."""
+    for name, hint in _MEANINGS[event.kind].items():
+        found = _outside(getattr(event, name), hint, name)
+        if found is not None:
+            value, rule, at = found
+            inside = f" at {at}" if at != name else ""  # which item of a list, or of a [token, probability] pair
+            raise TraceError(f"{where}: the field {name!r} of this {event.kind!r} event must be {rule}, got "
+                             f"{value!r}{inside}")
+    disagreement = _disagreement(event)
+    if disagreement is not None:
+        name, must, got = disagreement
+        raise TraceError(f"{where}: the field {name!r} of this {event.kind!r} event must {must}, got {got}")
+    return event
+
+
+def _outside(value: Any, hint: Any, at: str) -> tuple[Any, Range | OneOf, str] | None:
+    """The first value in `value` that its annotation does not allow, as (that value, the rule, where it is:
+    `at` itself, or an item such as "top_p[2][1]"), or None when all are allowed. The types are checked already."""
+    if typing.get_origin(hint) is Annotated:
+        rule = hint.__metadata__[0]
+        return None if rule.holds(value) else (value, rule, at)
+    if value is None:  # an optional field, absent
+        return None
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):  # X | None, and the value is not None: it is an X
+        return _outside(value, next(a for a in args if a is not type(None)), at)
+    items = [args[0]] * len(value) if origin is list else args if origin is tuple else ()
+    for j, (item, item_hint) in enumerate(zip(value, items)):
+        found = _outside(item, item_hint, f"{at}[{j}]")
+        if found is not None:
+            return found
+    return None
+
+
+def _disagreement(e: Event) -> tuple[str, str, str] | None:
+    """Fields of one event that contradict each other, as (the field, what it must do, what it holds), or None."""
+    if isinstance(e, RequestStart) and e.prompt and len(e.prompt) != e.prompt_tokens:
+        return "prompt", f"hold prompt_tokens = {e.prompt_tokens} ids (or none, as older traces do)", \
+            f"{len(e.prompt)} ids"
+    if isinstance(e, Score) and len(e.logprobs) != len(e.tokens):
+        return "logprobs", f"hold one log-probability per token of 'tokens' ({len(e.tokens)})", \
+            f"{len(e.logprobs)} of them"
+    if isinstance(e, Draft) and len(e.q) != len(e.tokens):
+        return "q", f"hold one probability per drafted token of 'tokens' ({len(e.tokens)})", f"{len(e.q)} of them"
+    if isinstance(e, TreeDraft):
+        if not e.parents or e.parents[0] != -1:
+            return "parents", "make a tree: parents[0] = -1, node 0 being the root", _short(e.parents)
+        forward = next((j for j in range(1, len(e.parents)) if not 0 <= e.parents[j] < j), None)
+        if forward is not None:  # an earlier node, so the nodes are in the order a pass lays them out
+            return "parents", f"make a tree: each node's parent an earlier node, 0 <= parents[{forward}] < " \
+                              f"{forward}", f"parents[{forward}] = {e.parents[forward]}"
+        if len(e.tokens) != len(e.parents):
+            return "tokens", f"hold one token per node of 'parents' ({len(e.parents)})", f"{len(e.tokens)} of them"
+    if isinstance(e, Match) and (not e.path or e.path[-1] != e.node):
+        return "path", f"end at the matched node {e.node}", _short(e.path)
+    if isinstance(e, Insert) and e.ids is not None and len(e.ids) != e.tokens:
+        return "ids", f"hold one id per new token (tokens = {e.tokens})", f"{len(e.ids)} ids"
+    if isinstance(e, ProgramSpan) and e.stop < e.start:
+        return "stop", f"be >= start ({e.start}): the span is the tokens [start, stop)", f"{e.stop}"
+    if isinstance(e, Counters):
+        if e.accepted > e.draft_tokens:
+            return "accepted", f"be <= draft_tokens ({e.draft_tokens}): only a proposed guess is accepted", \
+                f"{e.accepted}"
+        if e.prefix_hits > e.prefix_queries:
+            return "prefix_hits", f"be <= prefix_queries ({e.prefix_queries}): only a looked-up token is found", \
+                f"{e.prefix_hits}"
+    return None
+
+
+def _check_steps(events: list[Event], labels: list[str], prefix: str) -> None:
+    """Across a trace, in one pass: every Accept, Reject, Resample and Bonus belongs to a step its request drafted
+    or verified before it, and an Accept, Reject or Resample judges a guess of that step (i < the k tokens of its
+    Draft, or the node count of its TreeDraft; a Resample from the root of a tree has i = 0). A trace of
+    judgments alone, with no Draft, TreeDraft or Verify at all, records no steps to refer to, and is let be.
+    `labels` says where each event is ("line 7"), `prefix` what comes before that (the file)."""
+    records_steps = any(isinstance(e, (Draft, TreeDraft, Verify)) for e in events)
+    steps: dict[tuple[int, int], tuple[int | None, str]] = {}  # (request, step) -> (its guesses, said how)
+    for e, label in zip(events, labels):
+        key = (e.request, getattr(e, "step", None))
+        if isinstance(e, Draft):  # the latest wins: a log two engines shared may reuse a request's id
+            steps[key] = (len(e.tokens), f"whose 'draft' at {label} made {len(e.tokens)} guesses")
+        elif isinstance(e, TreeDraft):
+            steps[key] = (len(e.parents), f"whose 'tree_draft' at {label} has {len(e.parents)} nodes")
+        elif isinstance(e, Verify):
+            steps.setdefault(key, (None, f"verified at {label}"))  # its draft, if any, came before it
+        elif isinstance(e, (Judged, Resample, Bonus)):
+            where = f"{prefix}{label}: the field"
+            if key not in steps:
+                if records_steps:
+                    raise TraceError(f"{where} 'step' of this {e.kind!r} event must be a step of request "
+                                     f"{e.request} drafted or verified before it (by a 'draft', 'tree_draft' or "
+                                     f"'verify' event of that step: plain decoding records each step as a "
+                                     f"'verify' with n = 1 before its 'bonus'), got {e.step}")
+                continue
+            k, how = steps[key]
+            if k is not None and not isinstance(e, Bonus) and e.i >= k:
+                raise TraceError(f"{where} 'i' of this {e.kind!r} event must be < {k} (step {e.step} of request "
+                                 f"{e.request} is the one {how}), got {e.i}")
 
 def _conforms(value: Any, hint: Any) -> bool:
     """Whether a value read from JSON has the type a field is annotated with (an int will do for a float)."""

@@ -31,6 +31,12 @@ from dataclasses import dataclass
 import torch
 
 
+# The smallest temperature other than 0. Logits are divided by T in float32, whose smallest normal number is about
+# 1.2e-38: a T below that becomes 0 there, and every logit inf or NaN. 1e-30 keeps a margin, and is already greedy in
+# all but name (a gap of 1e-28 between two logits decides).
+TEMPERATURE_FLOOR = 1e-30
+
+
 @dataclass(frozen=True, slots=True)
 class SamplingParams:
     temperature: float = 0.0  # 0 is greedy decoding: always the most likely token
@@ -41,6 +47,9 @@ class SamplingParams:
         t = self.temperature
         if not _is_real(t) or not math.isfinite(t) or t < 0:
             raise ValueError(f"temperature must be a finite number >= 0 (0 means greedy), got {t!r}")
+        if 0 < t < TEMPERATURE_FLOOR:
+            raise ValueError(f"temperature must be 0 (greedy) or at least {TEMPERATURE_FLOOR:g}: float32 cannot divide "
+                             f"logits by less; got {t!r}, which samples like greedy anyway, so pass 0")
         k = self.top_k
         if k is not None and (not isinstance(k, numbers.Integral) or isinstance(k, bool) or k < 1):
             raise ValueError(f"top_k must be an int >= 1 or None, got {k!r}")
@@ -86,9 +95,12 @@ def warp(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
 
     if params.top_p is not None and params.top_p < 1:
         ranked, order = probs.sort(dim=-1, descending=True, stable=True)
-        # A token stays if the tokens ranked above it have not yet reached top_p; the first always stays.
+        # A token stays if the tokens ranked above it have not yet reached top_p; the first always stays, however
+        # small top_p is (in float32 a top_p under 1e-45 is 0, and `above < 0` would keep nothing).
         above = ranked.cumsum(-1) - ranked
-        keep = torch.zeros_like(probs, dtype=torch.bool).scatter(-1, order, above < params.top_p)
+        stays = above < params.top_p
+        stays[..., 0] = True
+        keep = torch.zeros_like(probs, dtype=torch.bool).scatter(-1, order, stays)
         probs = probs.masked_fill(~keep, 0.0)
         probs = probs / probs.sum(-1, keepdim=True)
     return probs

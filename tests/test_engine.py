@@ -178,12 +178,22 @@ def test_every_cache_holds_exactly_the_committed_tokens_after_every_rollback(arc
     ({"speculate": "ngram", "ngram": 0}, ValueError, "ngram must be >= 1"),
     ({"max_new_tokens": -3}, ValueError, "max_new_tokens must be >= 0"),
     ({"prompt": [1, 99999]}, ValueError, "token id 99999"),
+    ({"temperature": 1e-46}, ValueError, r"temperature must be 0 \(greedy\) or at least 1e-30"),
 ])
 def test_bad_input_is_refused_before_anything_runs(pair, kwargs, error, message):
     engine = Engine(pair)
     with pytest.raises(error, match=message):
         engine.generate(**{"prompt": PROMPT, **kwargs})
     assert len(engine.events) == 0 and engine.requests == 0
+
+
+def test_record_top_is_bounded_by_the_vocabulary(pair):
+    """record_top=1e6 once ended in a RuntimeError from torch's topk at the first judged token."""
+    with pytest.raises(ValueError, match=f"record_top must be at most the vocabulary's {pair.vocab_size:,} tokens"):
+        Engine(pair, record_top=pair.vocab_size + 1)
+    log = EventLog()
+    Engine(pair, events=log, record_top=pair.vocab_size).generate(PROMPT, 2, k=1)
+    assert max(len(e.top_p) for e in log if e.kind == "bonus") == pair.vocab_size
 
 
 def test_a_pair_without_a_draft_cannot_use_the_model_drafter(pair):

@@ -17,7 +17,9 @@ def sample_log() -> EventLog:
     log.emit(Accept, 1, step=0, position=3, i=0, token=9, p=0.6, q=0.5, u=0.1, top_p=[[9, 0.6], [2, 0.1]])
     log.emit(Reject, 1, step=0, position=4, i=1, token=8, p=0.05, q=0.25, u=0.7)
     log.emit(Resample, 1, step=0, position=4, i=1, token=2, p=0.4, q=0.0)
+    log.emit(Verify, 1, step=1, position=5, n=1, ms=1.0)  # plain decoding: a pass over one position, then its token
     log.emit(Bonus, 1, step=1, position=5, token=3, p=0.9)
+    log.emit(Verify, 1, step=2, position=6, n=1, ms=1.0)
     log.emit(Bonus, 1, step=2, position=6, token=4, p=0.3)
     log.emit(TreeDraft, 1, step=3, position=6, parents=[-1, 0, 0], tokens=[4, 11, 12], drafter="ngram", ms=0.1)
     log.emit(Match, 1, node=2, length=4, path=[0, 1, 2])

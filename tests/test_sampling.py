@@ -68,6 +68,24 @@ def test_tiny_temperature_does_not_overflow():
     torch.testing.assert_close(probs, torch.tensor([0.0, 1.0, 0.0]))
 
 
+@pytest.mark.parametrize("t", [1e-31, 1e-46, 5e-324])
+def test_a_temperature_below_the_floor_is_refused_naming_it(t):
+    """float32 cannot divide by less than about 1e-38: such a T made every logit NaN, and sampling failed with an
+    IndexError deep inside. It is refused where it is given, with the floor and what to pass instead."""
+    with pytest.raises(ValueError, match=r"temperature must be 0 \(greedy\) or at least 1e-30.* pass 0"):
+        SamplingParams(temperature=t)
+
+
+@pytest.mark.parametrize("top_p", [1e-46, 5e-324, 1e-9])
+def test_a_vanishing_top_p_keeps_the_likeliest_token(top_p):
+    """top_p -> 0 keeps the smallest set that reaches it: the likeliest token alone, never nothing (in float32,
+    1e-46 is 0, and the rule `mass above < top_p` kept no token at all, so sampling read past the vocabulary)."""
+    logits = torch.tensor([[1.0, 2.0, 1.5, -3.0]] * 2)
+    probs = warp(logits, SamplingParams(temperature=1.0, top_p=top_p))
+    torch.testing.assert_close(probs, torch.tensor([[0.0, 1.0, 0.0, 0.0]] * 2))
+    assert sample(probs, torch.Generator().manual_seed(0)).tolist() == [1, 1]
+
+
 @pytest.mark.parametrize(
     "dtype, out", [(torch.float64, torch.float64), (torch.float32, torch.float32), (torch.bfloat16, torch.float32)]
 )

@@ -9,11 +9,13 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import types
+import typing
 from dataclasses import MISSING, fields
 
 import pytest
 
-from teachspec.events import KINDS, VERSION, EventLog, Prefill, TraceError
+from teachspec.events import KINDS, VERSION, EventLog, OneOf, Prefill, TraceError, check_event
 from test_events import sample_log
 
 HEADER = json.dumps({"format": "teachspec-trace", "version": VERSION})
@@ -141,3 +143,126 @@ def test_what_json_writes_loosely_still_loads(tmp_path):
 def test_a_missing_file_is_still_a_file_not_found_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="nowhere.jsonl"):
         EventLog.load(tmp_path / "nowhere.jsonl")
+
+
+# -- values that parse but mean nothing ----------------------------------------------------------------------------
+# Every field whose annotation gives a range (events.py, "what a value may be"), of every kind: one value moved just
+# outside it, everything else as in the valid trace. The ranges are read from the annotations, so a field that gains
+# one is damaged here too.
+
+def _beyond(rule) -> list:
+    """Values just outside a Range or a OneOf."""
+    if isinstance(rule, OneOf):
+        return ["teleport", ""]
+    out = []
+    if rule.low is not None:
+        out.append(rule.low - 1)
+    if rule.high is not None:
+        out.append(rule.high + 0.01)
+    return out
+
+
+def _damaged(value, hint) -> list:
+    """Copies of `value` with one number or name moved outside what `hint` allows (the first item, for a list)."""
+    if typing.get_origin(hint) is typing.Annotated:
+        return _beyond(hint.__metadata__[0])
+    if value is None:
+        return []
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return _damaged(value, next(a for a in args if a is not type(None)))
+    if origin is list and value:
+        return [[bad, *value[1:]] for bad in _damaged(value[0], args[0])]
+    if origin is tuple:
+        return [[*value[:j], bad, *value[j + 1:]] for j, a in enumerate(args) for bad in _damaged(value[j], a)]
+    return []
+
+
+PRESENT = {"top_p": [[9, 0.6]], "top_q": [[9, 0.5]], "top_residual": [[2, 0.4]], "ids": [1, 2, 3, 4, 5]}  # for
+# the optional fields the valid trace leaves out (the insert's ids: one per each of its 5 tokens)
+MEANINGLESS = []
+for kind, i in FIRST.items():
+    row, hints = ROWS[i], typing.get_type_hints(KINDS[kind], include_extras=True)
+    for name, hint in hints.items():
+        if name == "kind":
+            continue
+        for bad in _damaged(PRESENT.get(name) if row.get(name) is None else row[name], hint):
+            MEANINGLESS.append((f"{kind} with {name} = {bad!r}", with_row(i, {**row, name: bad}), i + 2,
+                                rf"the field '{name}' of this '{kind}' event must be (>=|<=|in|one of)"))
+
+
+def test_every_field_with_a_range_is_damaged_somewhere():
+    ranged = {(kind, name) for kind, cls in KINDS.items() for name, hint in
+              typing.get_type_hints(cls, include_extras=True).items() if "Annotated" in str(hint)}
+    damaged = {tuple(case[0].split(" with ")[0:1]) + (case[0].split(" with ")[1].split(" = ")[0],)
+               for case in MEANINGLESS}
+    assert ranged <= damaged, ranged - damaged
+
+
+# Fields that each hold a possible value, together impossible; and judgments of steps that never happened.
+def _rows_with(*changes: tuple[int, dict]) -> bytes:
+    rows = [dict(r) for r in ROWS]
+    for i, change in changes:
+        rows[i] = {**rows[i], **change}
+    return trace(HEADER, *map(json.dumps, rows))
+
+
+ROW = {kind: i for kind, i in FIRST.items()}
+DISAGREEING = [
+    ("a draft with more q than tokens", _rows_with((ROW["draft"], {"q": [0.5, 0.25, 0.1]})), ROW["draft"] + 2,
+     "'q' .* must hold one probability per drafted token"),
+    ("a prompt that is not prompt_tokens long", _rows_with((ROW["request_start"], {"prompt_tokens": 2})),
+     ROW["request_start"] + 2, "'prompt' .* must hold prompt_tokens = 2 ids"),
+    ("a score with a log-probability short", _rows_with((ROW["score"], {"logprobs": []})), ROW["score"] + 2,
+     "'logprobs' .* one log-probability per token"),
+    ("a tree whose root has a parent", _rows_with((ROW["tree_draft"], {"parents": [0, 0, 0]})),
+     ROW["tree_draft"] + 2, "'parents' .* make a tree"),
+    ("a tree with a parent after its child", _rows_with((ROW["tree_draft"], {"parents": [-1, 2, 0]})),
+     ROW["tree_draft"] + 2, r"'parents' .* 0 <= parents\[1\] < 1"),
+    ("a tree with a token short", _rows_with((ROW["tree_draft"], {"tokens": [4, 11]})), ROW["tree_draft"] + 2,
+     "'tokens' .* one token per node"),
+    ("a match whose path ends elsewhere", _rows_with((ROW["match"], {"path": [0, 1]})), ROW["match"] + 2,
+     "'path' .* end at the matched node 2"),
+    ("an insert with ids for fewer tokens", _rows_with((ROW["insert"], {"ids": [1, 2]})), ROW["insert"] + 2,
+     "'ids' .* one id per new token"),
+    ("a span that ends before it starts", _rows_with((ROW["program_span"], {"stop": 6})), ROW["program_span"] + 2,
+     "'stop' .* >= start"),
+    ("more accepted than drafted", _rows_with((ROW["counters"], {"accepted": 7})), ROW["counters"] + 2,
+     "'accepted' .* <= draft_tokens"),
+    ("more prefix hits than queries", _rows_with((ROW["counters"], {"prefix_hits": 41})), ROW["counters"] + 2,
+     "'prefix_hits' .* <= prefix_queries"),
+    ("a judgment past the draft: i = 7 for k = 2", _rows_with((ROW["reject"], {"i": 7})), ROW["reject"] + 2,
+     "'i' of this 'reject' event must be < 2"),
+    ("a resample of a step never drafted", _rows_with((ROW["resample"], {"step": 9})), ROW["resample"] + 2,
+     "'step' of this 'resample' event must be a step of request 1 drafted or verified before it"),
+    ("a bonus for another request's step", _rows_with((ROW["bonus"], {"request": 2})), ROW["bonus"] + 2,
+     "'step' of this 'bonus' event must be a step of request 2"),
+]
+
+
+@pytest.mark.parametrize("contents, line, problem", [c[1:] for c in MEANINGLESS + DISAGREEING],
+                         ids=[c[0] for c in MEANINGLESS + DISAGREEING])
+def test_a_trace_that_parses_but_means_nothing_is_refused_naming_the_line_and_the_field(tmp_path, contents, line,
+                                                                                        problem):
+    test_a_malformed_trace_is_refused_naming_the_file_the_line_and_the_problem(tmp_path, contents, line, problem)
+
+
+def test_values_at_the_ends_of_their_ranges_load(tmp_path):
+    """The checks refuse only what is outside: a request of -1, a count of 0, a probability of 1 and one rounded
+    by float32 just past it, a log-probability of 0, and judgments in a trace that records no steps at all."""
+    edges = _rows_with((ROW["prefill"], {"cached": 0, "request": -1}),
+                       (ROW["accept"], {"p": 1.0000001, "q": 1.0, "u": 0.0}),
+                       (ROW["score"], {"logprobs": [0.0]}))
+    path = tmp_path / "trace.jsonl"
+    path.write_bytes(edges)
+    assert len(EventLog.load(path).events) == len(ROWS)
+    judged_only = [r for r in ROWS if r["kind"] in ("accept", "reject", "resample", "bonus")]
+    path.write_bytes(trace(HEADER, *map(json.dumps, judged_only)))
+    assert len(EventLog.load(path).events) == len(judged_only)
+
+
+def test_check_event_is_the_same_check_for_one_event():
+    event = EventLog.from_dicts([ROWS[ROW["verify"]]]).events[0]
+    event.n = 0
+    with pytest.raises(TraceError, match=r"an event: the field 'n' of this 'verify' event must be >= 1, got 0"):
+        check_event(event)

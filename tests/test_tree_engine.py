@@ -141,6 +141,41 @@ def test_bad_trees_are_refused_before_anything_runs(tree, message):
     assert engine.requests == 0
 
 
+def test_a_tree_too_big_to_check_is_refused_before_anything_is_allocated():
+    """(16, 16, 16, 16) passes the per-depth limits, and guesses 69,904 tokens: its pass once took 19.5 GB. It is
+    refused from its shape, with the count, before the first tensor; the call's peak memory stays small."""
+    import subprocess
+    import sys
+
+    script = ("import resource; from teachspec import Engine, load_pair\n"
+              "engine = Engine(load_pair('tiny'), cache_tokens=0)\n"
+              "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+              "try:\n    engine.generate('def f(x):', 8, speculate='model', tree=(16, 16, 16, 16))\n"
+              "except ValueError as e:\n    print(e)\n"
+              "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    message, grown_kib = done.stdout.strip().splitlines()
+    assert "tree=(16, 16, 16, 16) guesses 69,904 tokens in one pass, more than the 1,024" in message, done.stderr
+    assert int(grown_kib) < 3 * 2**20  # KiB: under 3 GB (in fact about nothing)
+
+
+def test_a_tree_whose_pass_would_not_fit_in_free_memory_is_refused(monkeypatch):
+    """Under the node limit, a shape is still refused when its pass needs more than half the free memory: the
+    check reads the machine (here told it has 64 MiB free) before anything runs."""
+    import teachspec.engine as engine_module
+
+    engine = Engine(load_pair("tiny"))
+    monkeypatch.setattr(engine_module, "available_bytes", lambda device: 64 * 2**20)
+    nodes, vocab = 8 + 64 + 512, engine.pair.vocab_size
+    assert engine_module.tree_pass_bytes(nodes, vocab) > 32 * 2**20  # so the shape below cannot fit
+    with pytest.raises(ValueError, match=r"tree=\(8, 8, 8\) guesses 584 tokens, whose pass needs about .* GiB .* "
+                                         r"0.1 GiB free: use a smaller shape"):
+        engine.generate(COPY, 4, speculate="model", tree=(8, 8, 8))
+    assert engine.requests == 0
+    monkeypatch.setattr(engine_module, "available_bytes", lambda device: None)  # unknown: not refused for it
+    assert engine.generate(COPY, 2, speculate="model", tree=(2, 2)).tokens
+
+
 @torch.inference_mode()
 @pytest.mark.parametrize("tree", [(3, 2, 2), "dynamic"])
 def test_after_every_tree_step_the_draft_models_cache_holds_only_committed_tokens(tree):

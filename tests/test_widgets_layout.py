@@ -180,11 +180,60 @@ def test_the_fallback_escapes_text_and_shows_whitespace():
 
 
 def test_a_token_with_control_characters_still_makes_a_well_formed_svg():
-    """A token's text may hold characters XML forbids even escaped (NUL, \\x02): the stills show them as U+FFFD."""
+    """A token's text may hold characters XML forbids even escaped (NUL, \\x02): the stills show each as its control
+    picture, so two such tokens never look alike."""
     import xml.etree.ElementTree as ET
 
     from teachspec.widgets.svg import escape
 
     text = "a\x00b\x02<c>&\x7f\td"
     ET.fromstring(f"<svg><text>{escape(text)}</text></svg>")
-    assert escape(text) == "a\ufffdb\ufffd&lt;c&gt;&amp;\ufffd\td"
+    assert escape(text) == "a\u2400b\u2402&lt;c&gt;&amp;\u2421\td"
+
+
+@pytest.mark.parametrize("dot", [True, False], ids=["graphviz", "fallback"])
+def test_every_view_draws_a_token_of_any_text(dot, monkeypatch):
+    """Token text with every control character, markup and quotes: the radix tree (through the real `dot`, and
+    without it) and the speculation view draw it as well-formed SVG that shows the characters as pictures."""
+    import xml.etree.ElementTree as ET
+
+    from teachspec.events import Bonus, RequestStart, Verify
+    from teachspec.widgets import SpeculationView, svg
+
+    if dot and shutil.which("dot") is None:
+        pytest.skip("Graphviz's dot is not installed")
+    if not dot:
+        monkeypatch.setattr(svg.shutil, "which", lambda name: None)
+    nasty = "".join(map(chr, range(32))) + "\x7f<&'\"]]>"
+    log = EventLog()
+    log.emit(RequestStart, 1, prompt_tokens=1, prompt=[0])
+    log.emit(Verify, 1, step=0, position=1, n=1, ms=1.0)
+    log.emit(Bonus, 1, step=0, position=1, token=1, p=0.5)
+    log.emit(Insert, 1, node=1, parent=0, tokens=2, cached=0, ids=[0, 1])
+    decode = {0: nasty, 1: "\x00"}.get
+    for view in (RadixTreeView(log, decode=lambda ids: "".join(map(decode, ids))),
+                 SpeculationView(log, decode=lambda ids: "".join(map(decode, ids)))):
+        drawn = view.to_svg()
+        ET.fromstring(drawn)
+        assert "\u2400" in drawn, type(view).__name__
+
+
+def test_a_long_chain_replays_in_about_the_time_of_a_bushy_tree_of_as_many_nodes():
+    """A chain of nodes (one long conversation, turn after turn) used to cost each insert a walk to the root: 16,000
+    nodes took over a minute. Now the view's bookkeeping stops a row below what it can draw. Measured as a ratio in
+    one run, so a busy machine slows both alike; at 6,000 nodes the old view took 7x the bushy tree's time."""
+    import time
+
+    def replay_seconds(parent_of) -> float:
+        log = EventLog()
+        for i in range(1, 6001):
+            log.emit(Insert, 1, node=i, parent=parent_of(i), tokens=1, cached=0)
+        start = time.perf_counter()
+        view = RadixTreeView(log)
+        seconds = time.perf_counter() - start
+        assert view.snapshot().meta["nodes"] == 6000
+        return seconds
+
+    bushy = min(replay_seconds(lambda i: (i - 1) // 4) for _ in range(2))
+    chain = min(replay_seconds(lambda i: i - 1) for _ in range(2))
+    assert chain < 2 * bushy, (chain, bushy)

@@ -30,6 +30,11 @@ The nodes the caption names are always drawn, and the browser scrolls the box to
 (widgets/radix.js). `to_svg()` draws any frame as a static picture, with Graphviz when its `dot` program is
 installed (svg.py).
 
+Deep trees: a node deeper than `max_depth` is never drawn, and one row below that only counts in a "+N" stub, so
+the view keeps subtree sizes, requests and recency for the nodes down to that row alone. Each node knows its `top`,
+the node on its path where that bookkeeping stops, so an event deep in a chain of 16,000 nodes costs what it costs
+at depth 16, and a chain replays in about the time of a bushy tree of as many nodes.
+
     view = RadixTreeView(log, decode=pair, budget=2048)
     view = RadixTreeView(log, decode=pair, columns=BESIDE)    beside a SpeculationView (export.side_by_side)
 """
@@ -57,6 +62,8 @@ class Node:
     depth: int = 0                      # the root's is 0
     size: int = 1                       # nodes in its subtree, itself included  } kept up to date here, so
     weight: int = 0                     # tokens in its subtree                   } folding never walks the tree
+    top: int = 0                        # the deepest node on its path that is at most one row below what can be
+                                        # drawn (itself, unless it is deeper): see "Deep trees" above
 
 
 # Leaves side by side. At 1280 x 720 a notebook's output beside JupyterLab's file browser is about 845 px wide: 6
@@ -115,7 +122,8 @@ class RadixTreeView(ReplayView):
         caption = self._rebuild(e, index)
         for node_id in sorted(self._touched, reverse=True):  # the newest last; among them, the smallest id
             self._recency.pop(node_id, None)
-            self._recency[node_id] = None
+            if self.nodes[node_id].depth <= self.max_depth:  # folding never keeps a deeper one
+                self._recency[node_id] = None
         self._focus = sorted(self._touched)
         self._touched.clear()
         self._replace(self._drawn())
@@ -142,7 +150,8 @@ class RadixTreeView(ReplayView):
             ids = getattr(e, "ids", None) or self._recover(e, parent)
             self.nodes[e.node] = leaf = Node(e.node, e.parent, e.tokens, ids, depth=parent.depth + 1,
                                              weight=e.tokens)
-            self._hold(self._path(leaf), e.request)
+            leaf.top = self._top(leaf)
+            self._hold(self._drawable_path(leaf), e.request)
             parent.children.append(e.node)
             self._grow(parent, 1, e.tokens)
             self._touch([leaf])
@@ -166,8 +175,12 @@ class RadixTreeView(ReplayView):
             cut.ids = cut.ids[e.at:] if cut.ids else None
             self.nodes[e.new] = head
             self._grow(parent, 1, 0)
-            for n in self._subtree(cut):  # the cut subtree hangs one row lower now
+            head.top = self._top(head)
+            for n in self._subtree(cut):  # the cut subtree hangs one row lower now (parents before children)
                 n.depth += 1
+                n.top = self._top(n)
+                if n.depth > self.max_depth:  # never drawn again: splits only push nodes down
+                    self._recency.pop(n.id, None)
             self._touch([head, cut])
             self._marks[e.new] = self._marks[e.node] = "split"
             return f"split: node {e.node} is cut after {e.at} tokens; new node {e.new} holds them{self._quote(head)}"
@@ -223,16 +236,23 @@ class RadixTreeView(ReplayView):
 
     def _remove(self, node_id: int) -> None:
         gone = self.nodes.pop(node_id)
-        del self._recency[node_id]
+        self._recency.pop(node_id, None)
         parent = self.nodes[gone.parent]
         parent.children.remove(node_id)
         self._grow(parent, -1, -gone.tokens)
 
-    def _path(self, n: Node) -> list[Node]:
-        """`n` and the nodes above it, the root excluded."""
-        path = []
+    def _top(self, n: Node) -> int:
+        """`n.top` for a node whose parent's is right: itself down to one row below the drawable ones, else the
+        parent's."""
+        return n.id if n.depth <= self.max_depth + 1 else self.nodes[n.parent].top
+
+    def _drawable_path(self, n: Node) -> list[Node]:
+        """The nodes on `n`'s path that can be drawn (depth <= max_depth), bottom up, the root excluded: at most
+        max_depth of them, however deep `n` is."""
+        path, n = [], self.nodes[n.top]
         while n.parent is not None:
-            path.append(n)
+            if n.depth <= self.max_depth:
+                path.append(n)
             n = self.nodes[n.parent]
         return path
 
@@ -247,7 +267,9 @@ class RadixTreeView(ReplayView):
         self._touched.update(n.id for n in nodes)
 
     def _grow(self, node: Node, size: int, weight: int) -> None:
-        """Add to the subtree sizes of `node` and of every node above it."""
+        """Add to the subtree sizes of `node` and of every node above it, from its `top` up: the sizes below the
+        tops are never read."""
+        node = self.nodes[node.top]
         while True:
             node.size, node.weight = node.size + size, node.weight + weight
             if node.parent is None:
@@ -267,11 +289,11 @@ class RadixTreeView(ReplayView):
         sequence = self._sequences.get(e.request)
         if sequence is None or len(sequence) < e.cached + e.tokens:
             return None
-        path, n = [], parent
+        runs, n = [], parent  # the path's token runs, bottom up: one pass, however deep
         while n.parent is not None:
-            path[:0] = n.ids or [-1] * n.tokens  # unknown ids never match a token
+            runs.append(n.ids or [-1] * n.tokens)  # unknown ids never match a token
             n = self.nodes[n.parent]
-        if path != sequence[:e.cached]:
+        if [t for run in reversed(runs) for t in run] != sequence[:e.cached]:
             return None
         return sequence[e.cached:e.cached + e.tokens]
 

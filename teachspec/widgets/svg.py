@@ -22,10 +22,16 @@ from teachspec.widgets.frames import Snapshot
 CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # not allowed in XML 1.0, even escaped
 
 
+def pictured(text: str) -> str:
+    """`text` with each control character a token may hold (which no XML document may contain, escaped or not, and
+    which Graphviz refuses) shown as its Unicode control picture: NUL as ␀, \\x02 as ␂, DEL as ␡. A picture, not
+    U+FFFD, so that two different tokens never look alike."""
+    return CONTROL.sub(lambda m: "\u2421" if m[0] == "\x7f" else chr(0x2400 + ord(m[0])), text)
+
+
 def escape(text: str) -> str:
-    """`text` as SVG character data: markup escaped, and the control characters a token may hold (which no XML
-    document may contain, escaped or not) shown as U+FFFD."""
-    return html.escape(CONTROL.sub("\ufffd", text))
+    """`text` as SVG character data: markup escaped, control characters `pictured`."""
+    return html.escape(pictured(text))
 
 
 COLORS = {"matched": "#fde68a", "new": "#bbf7d0", "split": "#ddd6fe", "evicted": "#e5e7eb", "": "#ffffff"}
@@ -39,7 +45,7 @@ def label(item: dict, width: int = 16) -> tuple[str, str]:
     if item["parent"] is None:
         return "root", ""
     if item.get("text") is not None:
-        head = item["text"].replace("\n", "↵").replace("\t", "⇥").replace(" ", "␣") or "∅"
+        head = pictured(item["text"].replace("\n", "↵").replace("\t", "⇥").replace(" ", "␣")) or "∅"
     else:
         head = " ".join(map(str, item["ids"])) if item.get("ids") else ""
     head = head if len(head) <= width else head[:width - 1] + "…"
