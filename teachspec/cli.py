@@ -30,7 +30,10 @@ from pathlib import Path
 
 from teachspec.arguments import COURSE, Parser, description, new_file, whole
 
-SPECULATE = ("model", "eagle", "ngram", "oracle", "adversary", "none")  # the engine's drafters; none: plain decoding
+from teachspec.speculate import DRAFTERS  # the registry of drafters: no torch behind it
+
+SPECULATE = (*DRAFTERS, "none")  # none: plain decoding
+SERVED = ("none", *(name for name, d in DRAFTERS.items() if d.served))  # what vLLM runs too
 K_POLICIES = ("adaptive", "heuristic", "confidence")
 DEVICE = re.compile(r"cpu|cuda(:\d+)?|mps")
 DTYPES = ("float32", "fp32", "bfloat16", "bf16", "float16", "fp16", "float64")  # teachspec.device.DTYPES' names
@@ -454,8 +457,8 @@ def parser() -> Parser:
     br.add_argument("--cache-tokens", type=whole(0), default=16384, help="the cache's budget in tokens (default "
                                                                           "16384)")
     br.add_argument("--rounds", type=whole(1), default=3, help="interleaved rounds to average (default 3)")
-    br.add_argument("--speculate", type=speculation("none", "model", "ngram"), default=None,
-                    help="also speculate: model or ngram (default: none, plain decoding)")
+    br.add_argument("--speculate", type=speculation(*SPECULATE), default=None,
+                    help=f"also speculate with a drafter: {', '.join(DRAFTERS)} (default: none, plain decoding)")
     add_json_arg(br)
     br.set_defaults(run=cmd_bench_radix, parser=br)
 
@@ -467,8 +470,8 @@ def parser() -> Parser:
     bp.add_argument("--cache-tokens", type=whole(0), default=16384, help="the cache's budget in tokens (default "
                                                                           "16384)")
     bp.add_argument("--rounds", type=whole(1), default=2, help="interleaved rounds to average (default 2)")
-    bp.add_argument("--speculate", type=speculation("model", "ngram", "none"), default="model",
-                    help="model (default), ngram, or none for plain decoding")
+    bp.add_argument("--speculate", type=speculation(*SPECULATE), default="model",
+                    help=f"a drafter: {', '.join(DRAFTERS)} (default model), or none for plain decoding")
     bp.add_argument("--k", type=draft_length, default=2,
                     help="draft length (default 2), or adaptive, heuristic or confidence")
     add_json_arg(bp)
@@ -507,7 +510,7 @@ def parser() -> Parser:
                                     "events on) until Ctrl-C")
     sv.add_argument("--pair", type=served_pair, default="tiny", help="tiny (default: the bundled pair) or a folder holding target/ "
                                                    "and draft/")
-    sv.add_argument("--speculate", type=speculation("none", "model", "ngram"), default="none",
+    sv.add_argument("--speculate", type=speculation(*SERVED), default="none",
                     help="none (default), model (the pair's draft model) or ngram (prompt lookup)")
     sv.add_argument("--k", type=whole(1), default=3, help="guesses a step (default 3)")
     sv.add_argument("--port", type=whole(1), default=None, help="the HTTP port on 127.0.0.1 (default: a free one)")

@@ -35,18 +35,15 @@ from teachspec.models.pair import Pair, load_pair
 from teachspec.radix.prefix import PrefixCache
 from teachspec.request import Request
 from teachspec.sampling import SamplingParams, warp
-from teachspec.speculative.eagle import EagleDrafter
-from teachspec.speculative.drafters import AdversarialDrafter, Drafter, ModelDrafter, NgramDrafter, OracleDrafter, \
-    Proposal, TreeProposal
+from teachspec.speculate import DRAFTERS, make as make_drafter, spec as drafter_spec
+from teachspec.speculative.drafters import Drafter, ModelDrafter, Proposal, TreeProposal
 from teachspec.speculative.policies import Adaptive, make_policy
 from teachspec.speculative.tree import TokenTree, TreeVerdict, verify_tree
-from teachspec.speculative.tree_policy import AdaptiveTree
+from teachspec.speculative.tree_policy import AdaptiveTree, make_tree_policy
 from teachspec.speculative.verify import Verdict, at, verify
 from teachspec.stopping import StopRule, stop_strings
 from teachspec.threads import follow
 
-DRAFTERS = ("model", "eagle", "ngram", "oracle", "adversary", None)
-DYNAMIC_DEPTH = 5  # tree="dynamic": levels grown (3 nodes expanded a level, 10 guesses kept: a CPU's pass is dear)
 MAX_TREE_NODES = 1024  # guesses in one static tree: EAGLE's and Medusa's use about 60, a GPU pass stays cheap to 256
 
 
@@ -68,8 +65,8 @@ def top(probs: torch.Tensor, n: int) -> list[list] | None:
 def check_tree(tree, speculate, vocab_size: int, device: torch.device) -> tuple[int, ...] | str | None:
     """`tree=`: None (a chain), the most children a node may have at each depth, e.g. (3, 2, 2, 1), "adaptive"
     (the shape with the best expected tokens per second, `tree_policy.py`) or "dynamic" (EAGLE-2's tree of the
-    draft's most confident paths); the drafters that can propose several branches are the draft model, the EAGLE
-    head, the oracle and prompt lookup. A shape's guesses multiply: (16, 16, 16, 16) is 69,904 of them, so a shape
+    draft's most confident paths); the drafters that can propose several branches, and those that can grow a
+    dynamic tree, are marked so in the registry (teachspec/speculate.py). A shape's guesses multiply: (16, 16, 16, 16) is 69,904 of them, so a shape
     is refused above MAX_TREE_NODES guesses, or when its pass would need more than half the memory `device` has
     free, before anything is allocated."""
     if tree is None:
@@ -78,13 +75,15 @@ def check_tree(tree, speculate, vocab_size: int, device: torch.device) -> tuple[
             or not all(isinstance(b, int) and not isinstance(b, bool) and 1 <= b <= 16 for b in tree)):
         raise ValueError(f"tree must be None, 'adaptive', 'dynamic' or a tuple of 1 to 16 branching factors, each "
                          f"an int in [1, 16], got {tree!r}")
-    if speculate not in ("model", "eagle", "ngram", "oracle"):
-        raise ValueError(f"tree={tree!r} needs a drafter that can propose several branches: 'model' (the draft "
-                         f"model's likeliest or sampled tokens), 'eagle' (the EAGLE head's), 'ngram' (several earlier "
-                         f"matches) or 'oracle'; got speculate={speculate!r}")
-    if tree == "dynamic" and speculate == "ngram":
-        raise ValueError("tree='dynamic' ranks the draft model's own probabilities; prompt lookup has none: use "
-                         "speculate='model' or 'oracle' with it, or a tree shape with prompt lookup")
+    drafter = drafter_spec(speculate)
+    if drafter is None or not drafter.trees:
+        raise ValueError(f"tree={tree!r} needs a drafter that can propose several branches: "
+                         f"{', '.join(repr(name) for name, d in DRAFTERS.items() if d.trees)}; got "
+                         f"speculate={speculate!r}")
+    if tree == "dynamic" and not drafter.dynamic:
+        raise ValueError(f"tree='dynamic' ranks the drafter's own probabilities, and speculate={speculate!r} has "
+                         f"none: use one of {[name for name, d in DRAFTERS.items() if d.dynamic]} with it, or a "
+                         f"tree shape")
     if tree in ("adaptive", "dynamic"):
         return tree
     nodes = sum(math.prod(tree[:d + 1]) for d in range(len(tree)))  # guesses at each depth, summed
@@ -142,7 +141,7 @@ class Engine:
         """One speculation step for request `r`: guess, one target pass, verify, keep what was accepted, roll
         both models back, record. With `tree=`, the guesses form a tree (`tree_step`)."""
         follow()  # the CPU thread count follows the machine's load (teachspec/threads.py); mostly one clock read
-        if r.tree is not None:
+        if r.tree is not None:  # a tree policy
             return self.tree_step(r)
         k, accepted, _, draft_s, target_s = self._chain_step(r, r.next_k())
         r.policy.update(k, accepted, draft_s, target_s)
@@ -176,11 +175,11 @@ class Engine:
         (each sees only its ancestors: `kv.tree_mask`), the multi-draft rule down the tree (`verify_tree`), keep
         the accepted path and compact the target's cache to it, record."""
         begun = time.perf_counter()
-        policy = r.tree if isinstance(r.tree, AdaptiveTree) else None
+        policy = r.tree
         left = max(0, r.max_new_tokens - len(r.new) - 1)  # no deeper than the budget can use
-        shape = (DYNAMIC_DEPTH,) * min(DYNAMIC_DEPTH, left) if r.tree == "dynamic" else \
-            (policy.next_shape() if policy else r.tree)[:left]
-        if policy and set(shape) <= {1}:  # a chain (or no guess) runs as a chain: no tree mask, no cache to compact
+        shape = policy.next_shape()[:left]
+        if policy.learns and set(shape) <= {1}:  # a chain it chose (or no guess) runs as a chain: no tree mask, no
+            # cache to compact; a fixed shape of ones stays a tree, as asked
             k, accepted, passes, draft_s, target_s = self._chain_step(r, len(shape))
             policy.update_chain(k, accepted, passes, draft_s, target_s, time.perf_counter() - begun)
             return self._end_step(r)
@@ -202,17 +201,17 @@ class Engine:
         draft_s = drafting_s(r, proposal.seconds)
         r.stats.add_step(max(tree.depth), verdict.accepted, len(emitted), target_s, proposal.passes,
                          proposal.seconds)
-        if policy:  # the whole step's seconds too: what the policy's choice costs besides drafting and the pass
-            policy.update(tree, verdict, proposal.passes, draft_s, target_s if uncached == 1 else None,
-                          time.perf_counter() - begun)
+        # the whole step's seconds too: what the policy's choice costs besides drafting and the pass
+        policy.update(tree, verdict, proposal.passes, draft_s, target_s if uncached == 1 else None,
+                      time.perf_counter() - begun)
         self._end_step(r)
 
     def _propose_tree(self, r: Request, shape: tuple[int, ...]) -> TreeProposal:
-        """The drafter's tree of `shape` (EAGLE-2's dynamic tree of that depth for tree="dynamic"); the root alone
+        """The drafter's tree of `shape` (EAGLE-2's dynamic tree of that depth for a dynamic policy); the root alone
         when the budget leaves no room to guess."""
         if not shape:
             return TreeProposal(TokenTree((-1,), (r.ids[-1],)), None, 0, 0.0)
-        if r.tree == "dynamic":
+        if r.tree.dynamic:
             return r.drafter.propose_dynamic(r.ids, depth=len(shape), params=r.params, generator=r.generator)
         return r.drafter.propose_tree(r.ids, shape, r.params, r.generator)
 
@@ -382,9 +381,10 @@ class Engine:
         learnt = k == "adaptive" and drafter is not None
         policy = None if learnt else make_policy(k if drafter is not None else 0)
         # Everything is checked: only now may a learnt policy be made for this setting. What it has learnt of
-        # acceptance and the pass costs carries over between requests, for chains and trees alike.
-        if tree == "adaptive":  # cold, each starts from its drafter's good fixed choice
-            tree = self.adaptive.setdefault(("tree", speculate, params), AdaptiveTree.cold(speculate))
+        # acceptance and the pass costs carries over between requests, for chains and trees alike; cold, each
+        # starts from its drafter's good fixed choice.
+        tree = make_tree_policy(tree, lambda: self.adaptive.setdefault(("tree", speculate, params),
+                                                                       AdaptiveTree.cold(speculate)))
         if learnt:
             policy = self.adaptive.setdefault((speculate, params), Adaptive.cold(speculate))
         generator = torch.Generator(device=self.pair.device)
@@ -452,24 +452,6 @@ class Engine:
         return ids
 
     def drafter(self, speculate, ngram: int = 3) -> Drafter | None:
-        """A fresh drafter for `speculate` (None: plain decoding), or a ValueError naming the choices."""
-        if speculate not in DRAFTERS:
-            raise ValueError(f"speculate={speculate!r} is not a drafter; use one of {list(DRAFTERS)}")
-        if speculate in ("model", "adversary") and self.pair.draft is None:
-            raise ValueError(f"speculate={speculate!r} needs a draft model, and this pair has none; load one with "
-                             f"load_pair(target=..., draft=...) or use speculate='ngram'")
-        if speculate == "ngram":
-            return NgramDrafter(n_max=check_int("ngram", ngram, 1))
-        if speculate == "model":
-            return ModelDrafter(self.pair.draft, self.pair.vocab_size)
-        if speculate == "adversary":
-            return AdversarialDrafter(self.pair.draft, self.pair.vocab_size)
-        if speculate == "oracle":
-            return OracleDrafter(self.pair.target, self.pair.vocab_size)
-        if speculate == "eagle":
-            if self.pair.eagle is None:
-                raise ValueError("speculate='eagle' needs an EAGLE head trained for this target, and this pair has "
-                                 "none; load one with load_pair(..., eagle='path/to/head') (`python -m "
-                                 "teachspec.models.train --stage eagle` trains one) or use speculate='model'")
-            return EagleDrafter(self.pair.eagle, self.pair.target, self.pair.vocab_size)
-        return None
+        """A fresh drafter for `speculate` (None: plain decoding), or a ValueError naming the choices
+        (teachspec/speculate.py, the registry of drafters)."""
+        return make_drafter(speculate, self.pair, ngram)

@@ -6,7 +6,7 @@ or changes lives here, so that the step itself reads as the algorithm and nothin
     ids        the committed tokens: the prompt, then every token the steps emitted
     cache      the target's KV cache: ids[:-1] between steps (the last token is fed with the next guesses)
     drafter    where the guesses come from (the draft model keeps its own cache); policy: how many to guess;
-               tree: the shape of a tree of guesses instead of a chain
+               tree: a tree policy, the shape of a tree of guesses instead of a chain (speculative/tree_policy.py)
     rule       when to stop (eos ids, stop strings: `teachspec.stopping`); max_new_tokens, the budget
     generator  the request's own random numbers, from its seed
     lease      its hold on a cached prefix in the radix tree (`teachspec.radix.prefix`), or None
@@ -24,7 +24,7 @@ from teachspec.radix.prefix import Lease
 from teachspec.sampling import SamplingParams
 from teachspec.speculative.drafters import Drafter
 from teachspec.speculative.policies import Policy
-from teachspec.speculative.tree_policy import AdaptiveTree
+from teachspec.speculative.tree_policy import AdaptiveTree, FixedTree
 from teachspec.stats import Stats
 from teachspec.stopping import StopRule
 
@@ -39,7 +39,7 @@ class Request:
     drafter: Drafter | None     # None for plain decoding
     policy: Policy              # how many tokens to guess
     generator: torch.Generator | None
-    tree: tuple[int, ...] | AdaptiveTree | None = None  # a tree of guesses: most children per node by depth
+    tree: FixedTree | AdaptiveTree | None = None  # a tree policy (its shapes of guesses), None for a chain
     ids: list[int] = field(init=False)
     cache: DynamicCache | None = None
     lease: Lease | None = None

@@ -1,5 +1,5 @@
 """`teachspec bench speculative`'s tables, on config-built models: every method runs, and the columns mean what
-the README says they mean."""
+teachspec/bench/README.md says they mean."""
 
 from __future__ import annotations
 

@@ -17,6 +17,7 @@ from teachspec.models.pair import BUNDLED
 from teachspec.request import Request
 from teachspec.sampling import SamplingParams, warp
 from teachspec.speculative.policies import make_policy
+from teachspec.speculative.tree_policy import make_tree_policy
 from teachspec.stopping import StopRule
 
 HEAD = BUNDLED["tiny"] / "eagle"
@@ -104,7 +105,7 @@ def test_after_every_step_the_head_holds_entries_built_from_the_targets_real_fea
     engine = Engine(pair, cache_tokens=0)
     prompt = pair.encode("def parse(path):\n    with open(path) as f:")
     r = Request(engine.next_id(), prompt, 40, SamplingParams(temperature=1.0), StopRule(), engine.drafter("eagle"),
-                make_policy(4), torch.Generator().manual_seed(0), tree=tree)
+                make_policy(4), torch.Generator().manual_seed(0), tree=make_tree_policy(tree, adaptive=None))
     drafted = 0
     with engine.running(r):
         while not r.done:

@@ -14,8 +14,9 @@ from teachspec.events import Accept, Bonus, Draft, EventLog, Reject, Resample, V
 from teachspec.models.eagle import EagleHead, head_config
 from teachspec.models.pair import Pair
 from teachspec.sampling import SamplingParams
+from teachspec.speculate import DRAFTERS as REGISTERED
 
-DRAFTERS = ["model", "eagle", "ngram", "oracle", "adversary", None]
+DRAFTERS = [*REGISTERED, None]  # every drafter, and plain decoding
 
 
 def make_pair(arch="llama", draft_seed=2, eos=None, same=False) -> Pair:

@@ -96,3 +96,40 @@ def test_after_every_step_the_draft_models_cache_is_a_fresh_prefill_of_the_commi
             rejections += r.stats.rejected > before
             assert_draft_holds_committed_tokens(r, pair)
     assert rejections >= 3  # the rollback after a rejection was exercised, not only after full acceptance
+
+
+def drafter_lists(path: Path) -> list[int]:
+    """The lines of `path` holding a list, tuple, set or dict whose items (or keys) name two or more drafters."""
+    from teachspec.speculate import DRAFTERS
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        items = node.keys if isinstance(node, ast.Dict) else node.elts if isinstance(node, (ast.List, ast.Tuple,
+                                                                                               ast.Set)) else []
+        named = {i.value for i in items if isinstance(i, ast.Constant) and i.value in DRAFTERS}
+        if len(named) >= 2:
+            found.append(node.lineno)
+    return found
+
+
+def test_the_registry_is_the_only_list_of_drafters():
+    """A new drafter is one class and one registry line: no other module of the package lists drafters by name
+    (the engine, the command line, programs, serving and the k policies read teachspec/speculate.py)."""
+    lists = {str(path.relative_to(PACKAGE)): lines for path in sorted(PACKAGE.rglob("*.py"))
+             if path.name != "speculate.py" and (lines := drafter_lists(path))}
+    assert lists == {}
+
+
+def test_the_registry_check_finds_a_list_of_drafters(tmp_path):
+    """The structure test above can fail: a module with its own list of drafter names is found."""
+    module = tmp_path / "listing.py"
+    module.write_text('SPECULATE = ("model", "ngram", "none")\nSTART = {"eagle": 5, "oracle": 8}\nONE = ["model"]\n')
+    assert drafter_lists(module) == [1, 2]
+
+
+def test_a_tree_step_has_no_switch_on_the_type_of_its_tree():
+    """tree= becomes a tree policy (fixed, dynamic, adaptive), as k becomes a k policy: the step asks it for a
+    shape and never looks at what kind of tree it was given."""
+    source = ast.get_source_segment((PACKAGE / "engine.py").read_text(), next(
+        f for f in functions(PACKAGE / "engine.py") if f.name == "tree_step"))
+    assert "isinstance" not in source and '"dynamic"' not in source and "next_shape()" in source

@@ -6,7 +6,8 @@ import pytest
 
 from teachspec.engine import Engine
 from teachspec.sampling import SamplingParams
-from teachspec.speculative.policies import START_K, Adaptive, Confidence, Constant, Heuristic, make_policy
+from teachspec.speculate import start_k
+from teachspec.speculative.policies import Adaptive, Confidence, Constant, Heuristic, make_policy
 from teachspec.theory import expected_tokens, optimal_k
 from test_engine import PROMPT, make_pair
 
@@ -132,7 +133,7 @@ def test_a_cold_policy_starts_from_its_drafters_good_constant_k_and_warms_up_nex
         for _ in policy.warmup:
             ks.append(policy.next_k())
             policy.update(ks[-1], 0, None, None)
-        assert policy.start == START_K.get(drafter, 3) == start and ks[0] == start
+        assert policy.start == start_k(drafter) == start and ks[0] == start
         assert set(ks) == {start - 1, start, min(start + 1, policy.k_max)} and ks.count(start) >= 3
     with pytest.raises(ValueError, match="start must be >= 0"):
         Adaptive(start=-1)

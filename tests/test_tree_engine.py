@@ -12,6 +12,7 @@ from teachspec import Engine, kv, load_pair
 from teachspec.sampling import SamplingParams, warp
 from teachspec.request import Request
 from teachspec.speculative.policies import make_policy
+from teachspec.speculative.tree_policy import make_tree_policy
 from teachspec.speculative.tree import TokenTree
 from teachspec.stopping import StopRule
 from test_families import FAMILIES, TEXT, family_pair, stop_rules
@@ -130,7 +131,7 @@ def test_sampled_output_through_a_tree_is_the_targets_law(speculate, shape):
 @pytest.mark.parametrize("tree, message", [
     ((0, 2), r"tree must be None, 'adaptive', 'dynamic' or a tuple of 1 to 16 branching factors.* got \(0, 2\)"),
     ("wide", r"tree must be None, 'adaptive', 'dynamic' or a tuple"),
-    ("dynamic", r"tree='dynamic' ranks the draft model's own probabilities; prompt lookup has none"),
+    ("dynamic", r"tree='dynamic' ranks the drafter's own probabilities, and speculate='ngram' has none"),
     ((2, 2), r"tree=\(2, 2\) needs a drafter that can propose several branches: .* got speculate='adversary'"),
 ])
 def test_bad_trees_are_refused_before_anything_runs(tree, message):
@@ -184,7 +185,8 @@ def test_after_every_tree_step_the_draft_models_cache_holds_only_committed_token
     pair = load_pair("tiny")
     engine = Engine(pair, cache_tokens=0)
     r = Request(engine.next_id(), pair.encode(TEXT), 40, SamplingParams(temperature=1.0), StopRule(),
-                engine.drafter("model"), make_policy(0), torch.Generator().manual_seed(0), tree=tree)
+                engine.drafter("model"), make_policy(0), torch.Generator().manual_seed(0),
+                tree=make_tree_policy(tree, adaptive=None))
     with engine.running(r):
         while not r.done:
             engine.step(r)

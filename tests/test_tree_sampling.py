@@ -32,6 +32,7 @@ from teachspec.request import Request
 from teachspec.sampling import SamplingParams, warp
 from teachspec.speculative.drafters import draw_without_replacement
 from teachspec.speculative.policies import make_policy
+from teachspec.speculative.tree_policy import DynamicTree
 from teachspec.stopping import StopRule
 from test_families import TEXT
 
@@ -91,7 +92,7 @@ def kept_children_are_the_first_drawn(pair, monkeypatch, steps: int = 12) -> boo
     engine = Engine(pair, cache_tokens=0)
     draws = recorded_draws(monkeypatch)
     r = Request(engine.next_id(), pair.encode(TEXT), 64, SamplingParams(temperature=1.0), StopRule(),
-                engine.drafter("model"), make_policy(0), torch.Generator().manual_seed(0), tree="dynamic")
+                engine.drafter("model"), make_policy(0), torch.Generator().manual_seed(0), tree=DynamicTree())
     proposals, propose = [], r.drafter.propose_dynamic
 
     def keep(*args, **kwargs):

@@ -79,9 +79,9 @@ from teachspec.models.eagle import EagleHead, coverage, draft_vocabulary, head_c
 EOS = "<|endoftext|>"
 BUNDLED = Path(__file__).parent / "tiny"
 OUT = Path("trained-pair")  # never the bundled pair by default: replacing it takes --out naming its folder
-# the EAGLE head's draft vocabulary: chosen by measurement, side by side with the draft model (the README's EAGLE
-# paragraph: 1,024 of 4,096 tokens hold nine in ten of the target's held-out tokens, and a head pass over them costs
-# less than a draft-model pass)
+# the EAGLE head's draft vocabulary: chosen by measurement, side by side with the draft model
+# (teachspec/bench/README.md, "Trees of guesses and the EAGLE head": 1,024 of 4,096 tokens hold nine in ten of the
+# target's held-out tokens, and a head pass over them costs less than a draft-model pass)
 DRAFT_VOCAB = 1024
 DRAFT_VOCAB_SIZES = (256, 512, 1024, 2048)  # the sizes whose coverage and agreement the card reports
 

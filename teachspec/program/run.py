@@ -26,7 +26,8 @@ import inspect
 import itertools
 from concurrent.futures import ThreadPoolExecutor
 
-from teachspec.engine import DRAFTERS, Engine
+from teachspec.engine import Engine
+from teachspec.speculate import spec as drafter_spec
 from teachspec.program.state import Run, State
 from teachspec.speculative.policies import make_policy
 
@@ -83,8 +84,7 @@ def _check(program, engine, arguments: dict, speculate, k) -> str:
     if not isinstance(engine, Engine) and not all(hasattr(engine, a) for a in ("generate", "score", "events", "pair")):
         raise TypeError(f"engine must be a teachspec Engine, or a server's (teachspec.serving.RemoteEngine), got "
                         f"{type(engine).__name__}")
-    if speculate not in DRAFTERS:
-        raise ValueError(f"speculate={speculate!r} is not a drafter; use one of {list(DRAFTERS)}")
+    drafter_spec(speculate)  # refuses a name that is not a drafter
     make_policy(k)  # refuses a k that is neither a draft length nor a policy's name
     name = getattr(program, "__name__", type(program).__name__)
     try:

