@@ -66,9 +66,9 @@ def check_tree(tree, speculate, vocab_size: int, device: torch.device) -> tuple[
     """`tree=`: None (a chain), the most children a node may have at each depth, e.g. (3, 2, 2, 1), "adaptive"
     (the shape with the best expected tokens per second, `tree_policy.py`) or "dynamic" (EAGLE-2's tree of the
     draft's most confident paths); the drafters that can propose several branches, and those that can grow a
-    dynamic tree, are marked so in the registry (teachspec/speculate.py). A shape's guesses multiply: (16, 16, 16, 16) is 69,904 of them, so a shape
-    is refused above MAX_TREE_NODES guesses, or when its pass would need more than half the memory `device` has
-    free, before anything is allocated."""
+    dynamic tree, are marked so in the registry (teachspec/speculate.py). A shape's guesses multiply: (16, 16, 16,
+    16) is 69,904 of them, so a shape is refused above MAX_TREE_NODES guesses, or when its pass would need more than
+    half the memory `device` has free, before anything is allocated."""
     if tree is None:
         return None
     if tree not in ("adaptive", "dynamic") and (not isinstance(tree, (tuple, list)) or not 1 <= len(tree) <= 16

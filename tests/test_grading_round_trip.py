@@ -1,6 +1,7 @@
-"""The graders' round trips, as an instructor runs them: the six assignments through nbgrader and through
-Otter-Grader, each with three submissions (the solution, a blank copy, one classic bug), and the submissions that
-game the grader itself (`cs.GRADER_GAMING`: the grader's own references imported, runpy / the checks / builtins
+"""The graders' round trips, as an instructor runs them: the six assignments' solutions through nbgrader and
+through Otter-Grader, a blank copy and one classic bug of two assignments through nbgrader (both graders take their
+verdicts from one path, teachspec.course.autograde; tests/test_assignments.py judges every assignment's blank copy
+and bugs on that path without a grader around it), and, through both, the submissions that game the grader itself (`cs.GRADER_GAMING`: the grader's own references imported, runpy / the checks / builtins
 patched, the course's files read from disk, the visible cases' answers hard-coded, a function that never returns,
 SystemExit, os._exit), each a test of its own against each grader. The scores come back part by part; no copy
 handed to students holds a solution or the course's secret.
@@ -32,6 +33,7 @@ from teachspec.course import release
 from teachspec.course.autograde import COURSE_FILE
 
 KINDS = ("solution", "blank", "bug")
+EVERY_KIND = ("a1", "a3")  # the assignments nbgrader also grades blank and buggy (a1's bug and a3's gaming: feedback)
 NAMES = {a: path.stem for a, path in cs.ASSIGNMENTS.items()}
 GAMING = sorted(cs.GRADER_GAMING)
 OTTER = os.environ.get("TEACHSPEC_OTTER_PYTHON") or str(Path.home() / ".cache/teachspec/otter-7.0.0/bin/python")
@@ -68,9 +70,15 @@ def expected(assignment: str, kind: str) -> dict[str, float]:
             for grade_id, (part, points) in graded_parts(assignment).items()}
 
 
-def kinds(assignment: str) -> list[str]:
-    """The submissions each grader grades for an assignment."""
-    return [*KINDS, *(g for g in GAMING if cs.GRADER_GAMING[g][0] == assignment)]
+def plain_kinds(assignment: str, grader: str) -> tuple[str, ...]:
+    """The submissions besides the gaming ones that `grader` grades for an assignment: each autograde costs tens of
+    seconds (a kernel, a sandbox a part), so every kind once, and the solution of each assignment through both."""
+    return KINDS if grader == "nbgrader" and assignment in EVERY_KIND else ("solution",)
+
+
+def kinds(assignment: str, grader: str = "nbgrader") -> list[str]:
+    """The submissions `grader` grades for an assignment: its plain kinds, then those gaming the grader."""
+    return [*plain_kinds(assignment, grader), *(g for g in GAMING if cs.GRADER_GAMING[g][0] == assignment)]
 
 
 def submission_code(assignment: str, kind: str) -> dict[str, str] | None:
@@ -184,7 +192,7 @@ def test_nbgrader_round_trip(nbgrader_run):
     for a in NAMES:
         assert_no_secrets(a, nbgrader_run["released"][a])
         assert secret not in nbgrader_run["released"][a]
-        for kind in KINDS:
+        for kind in plain_kinds(a, "nbgrader"):
             assert nbgrader_run["scores"][(a, kind)] == expected(a, kind), (a, kind)
     assert not list((nbgrader_run["course"] / "release").rglob(COURSE_FILE)), "the secret was released"
     feedback = nbgrader_run["feedback", "a1"]
@@ -193,7 +201,7 @@ def test_nbgrader_round_trip(nbgrader_run):
     assert "passes the visible cases" in hidden and "not a hidden one" in hidden
     assert not re.search(r"choose_k\(alpha=", hidden), "the feedback shows a hidden case"
     for a, name in NAMES.items():
-        for kind in KINDS:
+        for kind in plain_kinds(a, "nbgrader"):
             assert nbgrader_run["csv"][(name, kind)] == sum(expected(a, kind).values()), (a, kind)
 
 
@@ -258,7 +266,7 @@ class OtterRun:
         spec = {}
         for (a, name), master in zip(NAMES.items(), masters):
             subs = {}
-            for kind in kinds(a):
+            for kind in kinds(a, "otter"):
                 code = submission_code(a, kind)
                 subs[kind] = None if code is None else [code[g] for g in cs.exercises(a)]
             spec[a] = {"master": str(master), "dist": str(folder / "dist" / a), "notebook": f"{name}.ipynb",
@@ -299,14 +307,14 @@ def otter_points(results: dict, a: str, kind: str) -> dict[str, float]:
 @NO_OTTER
 def test_otter_round_trip(otter_run):
     """Otter Assign on the master notebooks `teachspec grading otter` writes, then Otter Run, locally without
-    Docker, on three submissions per assignment: the scores per part, and no solution, hidden case or secret in
-    what a student gets."""
+    Docker, on each assignment's solution: the scores per part, and no solution, hidden case or secret in what a
+    student gets."""
     results = otter_run.results()
     secret = json.loads((otter_run.folder / "masters" / COURSE_FILE).read_text())["secret"]
     for a in NAMES:
         assert_no_secrets(a, results[a]["student"], results[a]["public tests"])
         assert secret not in results[a]["student files"], f"{a}: the secret reached the student's files"
-        for kind in KINDS:
+        for kind in plain_kinds(a, "otter"):
             want = expected(a, kind)
             assert otter_points(results, a, kind) == want, f"{a} {kind}: {results[a][kind]}"
             assert results[a][kind + " total"][0] == sum(want.values()), (a, kind, results[a][kind + " total"])

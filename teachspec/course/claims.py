@@ -7,10 +7,10 @@ only where the cell that measures it also checks it:
     claim("the radix cache shortens the prefill", max(prefill_ratios) < 0.8, f"ratios {prefill_ratios}")
 
 On a run where the check fails the cell says so, under its own output, so the prose is never silently wrong on
-screen. tests/test_lecture_claims.py reruns the lectures with other seeds, on a quiet machine and beside a busy
-neighbour, and fails when any claim does: a direction that a rerun can overturn belongs in hedged prose, not in a
-claim. A lecture's `SEED` (its first cell) is the seed of every sampled run in it, which is how those reruns draw
-other samples.
+screen. tests/test_lecture_claims.py reruns the lectures with another seed beside a busy neighbour (as
+committed, they run under tests/test_notebooks.py), and fails when any claim does: a direction that a rerun can
+overturn belongs in hedged prose, not in a claim. A lecture's `SEED` (its first cell) is the seed of every sampled
+run in it, which is how those reruns draw other samples.
 
 When TEACHSPEC_CLAIMS names a file, every claim is also appended to it as a line of JSON, for that test.
 """
