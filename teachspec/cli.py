@@ -30,10 +30,9 @@ from pathlib import Path
 
 from teachspec.arguments import COURSE, Parser, description, new_file, whole
 
-from teachspec.speculate import DRAFTERS  # the registry of drafters: no torch behind it
+from teachspec.speculate import DRAFTERS, SERVED  # the registry of drafters: no torch behind it
 
 SPECULATE = (*DRAFTERS, "none")  # none: plain decoding
-SERVED = ("none", *(name for name, d in DRAFTERS.items() if d.served))  # what vLLM runs too
 K_POLICIES = ("adaptive", "heuristic", "confidence")
 DEVICE = re.compile(r"cpu|cuda(:\d+)?|mps")
 DTYPES = ("float32", "fp32", "bfloat16", "bf16", "float16", "fp16", "float64")  # teachspec.device.DTYPES' names
@@ -510,7 +509,7 @@ def parser() -> Parser:
                                     "events on) until Ctrl-C")
     sv.add_argument("--pair", type=served_pair, default="tiny", help="tiny (default: the bundled pair) or a folder holding target/ "
                                                    "and draft/")
-    sv.add_argument("--speculate", type=speculation(*SERVED), default="none",
+    sv.add_argument("--speculate", type=speculation("none", *SERVED), default="none",
                     help="none (default), model (the pair's draft model) or ngram (prompt lookup)")
     sv.add_argument("--k", type=whole(1), default=3, help="guesses a step (default 3)")
     sv.add_argument("--port", type=whole(1), default=None, help="the HTTP port on 127.0.0.1 (default: a free one)")

@@ -244,14 +244,19 @@ class Verify(Event):
 
 
 @dataclass(slots=True)
-class Judged(Event):
-    """A drafted token the target has judged: the fields Accept and Reject share."""
+class Decision(Event):
+    """A token decided at guess i of a step, with its p and q: the fields Accept, Reject and Resample share."""
     step: Index
     position: Index
     i: Index
     token: TokenId
     p: Probability
     q: Probability
+
+
+@dataclass(slots=True)
+class Judged(Decision):
+    """A drafted token the target has judged: Accept's and Reject's fields."""
     u: Annotated[float, Range(0, 1)]  # the uniform draw
     top_p: Top | None = None
     top_q: Top | None = None
@@ -268,14 +273,8 @@ class Reject(Judged):
 
 
 @dataclass(slots=True)
-class Resample(Event):
+class Resample(Decision):
     kind: ClassVar[str] = "resample"
-    step: Index
-    position: Index
-    i: Index
-    token: TokenId
-    p: Probability
-    q: Probability
     top_residual: Top | None = None
 
 
@@ -699,7 +698,7 @@ def _check_steps(events: list[Event], labels: list[str], prefix: str) -> None:
             steps[key] = (len(e.parents), f"whose 'tree_draft' at {label} has {len(e.parents)} nodes")
         elif isinstance(e, Verify):
             steps.setdefault(key, (None, f"verified at {label}"))  # its draft, if any, came before it
-        elif isinstance(e, (Judged, Resample, Bonus)):
+        elif isinstance(e, (Decision, Bonus)):
             where = f"{prefix}{label}: the field"
             if key not in steps:
                 if records_steps:
@@ -712,6 +711,7 @@ def _check_steps(events: list[Event], labels: list[str], prefix: str) -> None:
             if k is not None and not isinstance(e, Bonus) and e.i >= k:
                 raise TraceError(f"{where} 'i' of this {e.kind!r} event must be < {k} (step {e.step} of request "
                                  f"{e.request} is the one {how}), got {e.i}")
+
 
 def _conforms(value: Any, hint: Any) -> bool:
     """Whether a value read from JSON has the type a field is annotated with (an int will do for a float)."""

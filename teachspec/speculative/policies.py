@@ -25,12 +25,13 @@ Guessing more tokens pays only while they are likely to be accepted and cheap to
   guessing; every `probe_every` steps it tries a k next to the best, to notice when that changes.
 
 A cold `Adaptive` policy knows nothing, so it starts from a good fixed choice, `start` (per drafter: its `start_k`
-in the drafter registry, teachspec/speculate.py, the best constant k of the bench runs), and its warm-up stays next to it (start, its neighbours, start
-again): a cold engine is never much worse than that constant k while it learns. The engine keeps one policy per
-drafter and sampling setting for all its requests (`Engine.adaptive`), so what one request measured, the next starts
-from. The drafter's first proposal of a request also reads the prompt (a draft model's prefill, the EAGLE head's
-first entries), so the engine reports no drafting time for it (`draft_s=None`): timed, it would make drafting look
-dear at the start of every request, and the policy would spend the request unlearning it.
+in the drafter registry, teachspec/speculate.py, the best constant k of the bench runs), and its warm-up stays next
+to it (start, its neighbours, start again): a cold engine is never much worse than that constant k while it learns.
+The engine keeps one policy per drafter and sampling setting for all its requests (`Engine.adaptive`), so what one
+request measured, the next starts from. The drafter's first proposal of a request also reads the prompt (a draft
+model's prefill, the EAGLE head's first entries), so the engine reports no drafting time for it (`draft_s=None`):
+timed, it would make drafting look dear at the start of every request, and the policy would spend the request
+unlearning it.
 
 Every policy answers `next_k()` before a step and hears `update(...)` after it.
 """

@@ -45,14 +45,14 @@ the cores):
   tokens.
 
 Exploration is kept cheap, and a cold policy starts from a good fixed choice, `start`: the chain of the drafter's
-good constant k (its `start_k` in teachspec/speculate.py: (1, 1, 1) for the draft model). The warm-up is that
-chain, a tree (2, 2, 1) once, then the chain again until each has a timed pass: two pass sizes and children of rank
-1, from which every other shape is extrapolated, at the price of one tree step. After it, every `probe_every` steps the policy
-tries a *contender* instead of its choice: the shape predicted within `margin` of the best that it tried least
-recently, so that the estimates next to its choice stay fresh and one unlucky timing does not write a shape off
-for good. A shape predicted far worse (a big tree where passes are dear) is tried again only as the runner-up,
-every fourth probe at most, so when trees do not pay the policy settles on a chain and stays there. Timings
-forget fast (`cost_decay`), so when the cores get busier it leaves a big tree within a few dozen steps.
+good constant k (its `start_k` in teachspec/speculate.py: (1, 1, 1) for the draft model). The warm-up is that chain,
+a tree (2, 2, 1) once, then the chain again until each has a timed pass: two pass sizes and children of rank 1, from
+which every other shape is extrapolated, at the price of one tree step. After it, every `probe_every` steps the
+policy tries a *contender* instead of its choice: the shape predicted within `margin` of the best that it tried
+least recently, so that the estimates next to its choice stay fresh and one unlucky timing does not write a shape
+off for good. A shape predicted far worse (a big tree where passes are dear) is tried again only as the runner-up,
+every fourth probe at most, so when trees do not pay the policy settles on a chain and stays there. Timings forget
+fast (`cost_decay`), so when the cores get busier it leaves a big tree within a few dozen steps.
 
 What it measured carries over between requests: the engine keeps one policy per drafter and sampling setting
 (`Engine.adaptive`). Only what says nothing about drafting is left out: the drafter's first proposal of a request
