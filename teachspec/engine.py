@@ -35,7 +35,7 @@ from teachspec.models.pair import Pair, load_pair
 from teachspec.radix.prefix import PrefixCache
 from teachspec.request import Request
 from teachspec.sampling import SamplingParams, warp
-from teachspec.speculate import DRAFTERS, make as make_drafter, spec as drafter_spec
+from teachspec.speculate import Speculation, make as make_drafter, start_k
 from teachspec.speculative.drafters import Drafter, ModelDrafter, Proposal, TreeProposal
 from teachspec.speculative.policies import Adaptive, make_policy
 from teachspec.speculative.tree import TokenTree, TreeVerdict, verify_tree
@@ -62,40 +62,21 @@ def top(probs: torch.Tensor, n: int) -> list[list] | None:
     return [[i, round(v, 6)] for i, v in zip(ids.tolist(), values.tolist())]
 
 
-def check_tree(tree, speculate, vocab_size: int, device: torch.device) -> tuple[int, ...] | str | None:
-    """`tree=`: None (a chain), the most children a node may have at each depth, e.g. (3, 2, 2, 1), "adaptive"
-    (the shape with the best expected tokens per second, `tree_policy.py`) or "dynamic" (EAGLE-2's tree of the
-    draft's most confident paths); the drafters that can propose several branches, and those that can grow a
-    dynamic tree, are marked so in the registry (teachspec/speculate.py). A shape's guesses multiply: (16, 16, 16,
-    16) is 69,904 of them, so a shape is refused above MAX_TREE_NODES guesses, or when its pass would need more than
-    half the memory `device` has free, before anything is allocated."""
-    if tree is None:
-        return None
-    if tree not in ("adaptive", "dynamic") and (not isinstance(tree, (tuple, list)) or not 1 <= len(tree) <= 16
-            or not all(isinstance(b, int) and not isinstance(b, bool) and 1 <= b <= 16 for b in tree)):
-        raise ValueError(f"tree must be None, 'adaptive', 'dynamic' or a tuple of 1 to 16 branching factors, each "
-                         f"an int in [1, 16], got {tree!r}")
-    drafter = drafter_spec(speculate)
-    if drafter is None or not drafter.trees:
-        raise ValueError(f"tree={tree!r} needs a drafter that can propose several branches: "
-                         f"{', '.join(repr(name) for name, d in DRAFTERS.items() if d.trees)}; got "
-                         f"speculate={speculate!r}")
-    if tree == "dynamic" and not drafter.dynamic:
-        raise ValueError(f"tree='dynamic' ranks the drafter's own probabilities, and speculate={speculate!r} has "
-                         f"none: use one of {[name for name, d in DRAFTERS.items() if d.dynamic]} with it, or a "
-                         f"tree shape")
-    if tree in ("adaptive", "dynamic"):
-        return tree
+def check_fits(tree: tuple[int, ...] | str | None, vocab_size: int, device: torch.device) -> None:
+    """What only the pair can say of a checked `tree=` shape (`Speculation` checked the rest): its guesses
+    multiply, (16, 16, 16, 16) is 69,904 of them, so a shape is refused above MAX_TREE_NODES guesses, or when its
+    pass would need more than half the memory `device` has free, before anything is allocated."""
+    if not isinstance(tree, tuple):
+        return  # a chain, or a shape the engine chooses step by step ("adaptive", "dynamic")
     nodes = sum(math.prod(tree[:d + 1]) for d in range(len(tree)))  # guesses at each depth, summed
     if nodes > MAX_TREE_NODES:
-        raise ValueError(f"tree={tuple(tree)} guesses {nodes:,} tokens in one pass, more than the {MAX_TREE_NODES:,} "
+        raise ValueError(f"tree={tree} guesses {nodes:,} tokens in one pass, more than the {MAX_TREE_NODES:,} "
                          f"a tree may hold: each depth multiplies the guesses by its branching factor")
     need, free = tree_pass_bytes(nodes, vocab_size), available_bytes(device)
     if free is not None and need > free / 2:
-        raise ValueError(f"tree={tuple(tree)} guesses {nodes:,} tokens, whose pass needs about {need / 2**30:.1f} GiB "
+        raise ValueError(f"tree={tree} guesses {nodes:,} tokens, whose pass needs about {need / 2**30:.1f} GiB "
                          f"(a row of {vocab_size:,} logits per guess, several times over), and {device} has "
                          f"{free / 2**30:.1f} GiB free: use a smaller shape")
-    return tuple(tree)
 
 
 def tree_pass_bytes(nodes: int, vocab_size: int) -> int:
@@ -374,19 +355,21 @@ class Engine:
         params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p)
         max_new_tokens = check_int("max_new_tokens", max_new_tokens, 0)
         rule = StopRule(self.pair.eos, stop_strings(stop), self.pair.decode)
-        drafter = self.drafter(speculate, ngram)
-        tree = check_tree(tree, speculate, self.pair.vocab_size, self.pair.device)
+        how = Speculation(speculate, k, tree, ngram)
+        drafter = make_drafter(how.speculate, self.pair, how.ngram)
+        check_fits(how.tree, self.pair.vocab_size, self.pair.device)
         ids = self.checked_prompt(prompt, max_new_tokens)
         seed = check_seed(seed)
-        learnt = k == "adaptive" and drafter is not None
-        policy = None if learnt else make_policy(k if drafter is not None else 0)
         # Everything is checked: only now may a learnt policy be made for this setting. What it has learnt of
         # acceptance and the pass costs carries over between requests, for chains and trees alike; cold, each
         # starts from its drafter's good fixed choice.
-        tree = make_tree_policy(tree, lambda: self.adaptive.setdefault(("tree", speculate, params),
-                                                                       AdaptiveTree.cold(speculate)))
-        if learnt:
-            policy = self.adaptive.setdefault((speculate, params), Adaptive.cold(speculate))
+        start = start_k(how.speculate)
+        tree = make_tree_policy(how.tree, lambda: self.adaptive.setdefault(("tree", speculate, params),
+                                                                           AdaptiveTree.cold(start)))
+        if how.learnt:
+            policy = self.adaptive.setdefault((speculate, params), Adaptive.cold(start))
+        else:
+            policy = make_policy(how.k if drafter is not None else 0)
         generator = torch.Generator(device=self.pair.device)
         generator.manual_seed(seed)
         r = Request(self.next_id(), ids, max_new_tokens, params, rule, drafter, policy, generator, tree=tree)

@@ -16,6 +16,11 @@ launcher and the k policies all read it:
 
 Adding a drafter is a class with the drafter interface and one line in DRAFTERS. `speculate=None` is plain
 decoding: no drafter, k = 0.
+
+`Speculation` is how one request guesses, `speculate=`, `k=`, `tree=` and `ngram=` as one value, checked once
+when it is made: the engine makes one from `generate`'s keywords, programs and the command line make theirs the
+same way, and everything past that point trusts it. What only a pair can say (whether it has the draft model the
+drafter needs, whether a tree's pass fits in the device's memory) is checked where the pair is, in the engine.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+TREE_NAMES = ("adaptive", "dynamic")  # tree= besides a shape: learnt shapes, EAGLE-2's tree (speculative/tree_policy.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,3 +112,57 @@ def make(speculate: str | None, pair, ngram: int = 3):
 def start_k(speculate: str | None) -> int:
     """The constant k a cold adaptive policy for `speculate` starts from (3 for a name not registered)."""
     return DRAFTERS[speculate].start_k if speculate in DRAFTERS else 3
+
+
+@dataclass(frozen=True, slots=True)
+class Speculation:
+    """How a request guesses, checked once when made (every bad value raises a ValueError or TypeError that names
+    it, before anything runs):
+
+        speculate   a drafter's name in DRAFTERS, or None for plain decoding
+        k           guesses per step: an int >= 0, a policy's name ("adaptive", "heuristic", "confidence") or a
+                    policy object (teachspec/speculative/policies.py); plain decoding guesses none, whatever k says
+        tree        None (a chain), a shape (the most children a node may have at each depth, e.g. (3, 2, 2, 1):
+                    1 to 16 depths of 1 to 16 children), "adaptive" (learnt shapes) or "dynamic" (EAGLE-2's tree);
+                    only a drafter marked `trees` can guess a tree, and only one marked `dynamic` grow EAGLE-2's
+        ngram       the longest n-gram prompt lookup matches (speculate="ngram"), an int >= 1
+    """
+    speculate: str | None = "model"
+    k: Any = 2
+    tree: tuple[int, ...] | str | None = None
+    ngram: int = 3
+
+    def __post_init__(self):
+        from teachspec.checks import check_int
+        from teachspec.speculative.policies import make_policy
+
+        drafter = spec(self.speculate)
+        make_policy(self.k)  # refuses a k that is neither a draft length nor a policy (its one check)
+        check_int("ngram", self.ngram, 1)
+        if self.tree is None:
+            return
+        if self.tree not in TREE_NAMES and (not isinstance(self.tree, (tuple, list)) or not 1 <= len(self.tree) <= 16
+                                            or not all(isinstance(b, int) and not isinstance(b, bool) and 1 <= b <= 16
+                                                       for b in self.tree)):
+            raise ValueError(f"tree must be None, 'adaptive', 'dynamic' or a tuple of 1 to 16 branching factors, "
+                             f"each an int in [1, 16], got {self.tree!r}")
+        if drafter is None or not drafter.trees:
+            raise ValueError(f"tree={self.tree!r} needs a drafter that can propose several branches: "
+                             f"{', '.join(repr(name) for name, d in DRAFTERS.items() if d.trees)}; got "
+                             f"speculate={self.speculate!r}")
+        if self.tree == "dynamic" and not drafter.dynamic:
+            raise ValueError(f"tree='dynamic' ranks the drafter's own probabilities, and speculate={self.speculate!r} "
+                             f"has none: use one of {[name for name, d in DRAFTERS.items() if d.dynamic]} with it, or "
+                             f"a tree shape")
+        if isinstance(self.tree, list):
+            object.__setattr__(self, "tree", tuple(self.tree))  # frozen: a shape given as a list is kept as a tuple
+
+    @property
+    def drafter(self) -> DrafterSpec | None:
+        """The registry's entry for the drafter (None for plain decoding)."""
+        return spec(self.speculate)
+
+    @property
+    def learnt(self) -> bool:
+        """k is learnt from what the steps measure (an Adaptive policy the engine keeps across requests)."""
+        return self.k == "adaptive" and self.speculate is not None

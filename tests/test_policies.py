@@ -128,7 +128,7 @@ def test_a_cold_policy_starts_from_its_drafters_good_constant_k_and_warms_up_nex
     """A cold engine is never far from a good fixed choice: the warm-up is the drafter's constant k and its two
     neighbours, no plain steps and no short chains."""
     for drafter, start in (("model", 3), ("eagle", 5), ("ngram", 8), ("adversary", 3), (None, 3)):
-        policy = Adaptive.cold(drafter)
+        policy = Adaptive.cold(start_k(drafter))
         ks = []
         for _ in policy.warmup:
             ks.append(policy.next_k())
@@ -144,7 +144,7 @@ def test_a_cold_policy_loses_little_to_the_constant_k_it_starts_from():
     the adaptive policy realises at least 0.95 of the expected tokens per second of its constant start k."""
     def rate(k):
         return expected_tokens(0.8, k) / (k * 0.15 + 1 + 0.05 * k)
-    ks = simulate(Adaptive.cold("model"), 0.8, 0.15, 0.05, steps=40)
+    ks = simulate(Adaptive.cold(start_k("model")), 0.8, 0.15, 0.05, steps=40)
     realised = sum(expected_tokens(0.8, k) for k in ks) / sum(k * 0.15 + 1 + 0.05 * k for k in ks)
     assert realised >= 0.95 * rate(3), (ks, realised, rate(3))
 

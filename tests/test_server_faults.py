@@ -455,6 +455,27 @@ def wait_for(condition, timeout=10.0):
     assert condition()
 
 
+def slowly(seconds: float, body: str):
+    """A script that answers whole, but only after `seconds` (a server busy serving, on the CPU it shares)."""
+    def script(h):
+        if not h.server.stop.wait(seconds):
+            reply(body)(h)
+    return script
+
+
+def test_a_busy_server_is_waited_for_and_a_silent_one_given_up_on_after_the_patience(server, tmp_path):
+    counts = "vllm:spec_decode_num_drafts_total 0.0\n"
+    url = server(slowly(1.5, counts))
+    with Watcher(url, f"ipc://{tmp_path}/kv", interval=0.1, patience=4) as w:
+        time.sleep(2)
+        w.settle(quiet=0.1)  # read the counters once more, slowly: no error
+        assert w.error is None and w.counters is not None
+    url = server(slowly(60, counts))
+    w = Watcher(url, f"ipc://{tmp_path}/kv", interval=0.1, patience=1)
+    with pytest.raises(ServerError, match="within the 1 s allowed"):
+        w.start()
+
+
 def test_a_watcher_on_a_socket_bounds_frames_and_stops_at_ids_that_are_not_ints(publisher, tmp_path):
     url, endpoint, pub = publisher
     with Watcher(url, endpoint, interval=0.1) as w:

@@ -294,6 +294,11 @@ def test_nothing_there_is_refused_at_start(tmp_path):
 @pytest.mark.parametrize("kwargs, match", [
     (dict(server=5), "server must be"),
     (dict(server="http://127.0.0.1:1", events_endpoint="udp://x"), "events_endpoint must be"),
+    (dict(server="http://127.0.0.1:1", events_endpoint="ipc:///x", patience=0), "patience must be .* got 0"),
+    (dict(server="http://127.0.0.1:1", events_endpoint="ipc:///x", patience=float("nan")), "patience must be"),
+    (dict(server="http://127.0.0.1:1", events_endpoint="ipc:///x", patience="30"), "patience must be"),
+    (dict(server="http://127.0.0.1:1", events_endpoint="ipc:///x", interval=-1), "interval must be .* got -1"),
+    (dict(server="http://127.0.0.1:1", events_endpoint="ipc:///x", interval=True), "interval must be"),
 ])
 def test_bad_arguments_name_themselves(kwargs, match):
     with pytest.raises((TypeError, ValueError), match=match):

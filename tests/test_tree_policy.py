@@ -12,6 +12,7 @@ import pytest
 from teachspec import Engine, load_pair
 from teachspec.sampling import SamplingParams
 from teachspec.speculative.tree import NodeRecord, TokenTree, TreeVerdict
+from teachspec.speculate import start_k
 from teachspec.speculative.tree_policy import CANDIDATES, CHAINS, AdaptiveTree, load
 from teachspec.theory import static_tree, static_tree_expected_tokens, tree_expected_tokens
 from teachspec.workloads import docs_completion
@@ -127,8 +128,9 @@ def test_the_warm_up_is_the_start_chain_and_one_tree_each_timed():
     assert policy.next_shape() == (1, 1, 1)  # untimed: tried again
     shapes = [world.step(policy)[0] for _ in range(5)]
     assert shapes[:4] == [(1, 1, 1), (2, 2, 1), (1, 1, 1), (1, 1, 1)] and policy.warmed == 4
-    assert AdaptiveTree.cold("eagle").start == (1,) * 5 and AdaptiveTree.cold("model").start == (1, 1, 1)
-    assert AdaptiveTree.cold("eagle").warmup[:2] == ((1,) * 5, (2, 2, 1))
+    assert AdaptiveTree.cold(start_k("eagle")).start == (1,) * 5
+    assert AdaptiveTree.cold(start_k("model")).start == (1, 1, 1)
+    assert AdaptiveTree.cold(start_k("eagle")).warmup[:2] == ((1,) * 5, (2, 2, 1))
 
 
 def test_drafting_that_also_read_the_prompt_counts_for_acceptance_and_the_pass_but_not_for_drafting():
@@ -144,7 +146,7 @@ def test_a_cold_policy_loses_little_to_the_chain_it_starts_from():
     """Two CPU cores, a good draft: over the first 40 steps (warm-up and probes included) the policy realises at
     least 0.95 of the expected tokens per second of its start chain, and of the best chain."""
     world = World(H, pass_s=lambda n: 1.0 + 0.05 * (n - 1), per_pass=0.12)
-    start = AdaptiveTree.cold("model")
+    start = AdaptiveTree.cold(start_k("model"))
     _, rate = world.run(start, 40)
     assert rate >= 0.95 * world.rate((1, 1, 1)) and rate >= 0.95 * world.rate(world.best(CHAINS))
 

@@ -150,7 +150,7 @@ def _need_vllm(pair) -> None:
 BATCH_REQUESTS = 16             # prompts sent in each round (held-out documentation openings)
 BATCH_PROMPT_TOKENS = 32        # at most this many tokens each
 BATCH_NEW_TOKENS = 32           # tokens written for each, always all of them (ignore_eos)
-BATCH_IN_FLIGHT = (1, 2, 4, 8, 16)  # one round each: at most this many requests in flight at once
+BATCH_IN_FLIGHT = (1, 2, 4, 8, 16)  # two rounds each: at most this many requests in flight at once
 CHECKED = 4                     # requests of the first round sent again at the end: their spread says "busy"
 
 
@@ -196,8 +196,12 @@ def machine() -> str:
 
 
 def send_in_flight(server, pair, in_flight=BATCH_IN_FLIGHT) -> Recorded:
-    """Lecture 12: the same BATCH_REQUESTS greedy requests sent to `server` once per entry of `in_flight`, with at
+    """Lecture 12: the same BATCH_REQUESTS greedy requests sent to `server` twice per entry of `in_flight`, with at
     most that many in flight at once (a thread each), after one request that warms the server up.
+
+    The rounds go in turning order (1, 2, 4, 8, 16, 16, 8, 4, 2, 1), listed in the header's "in_flight": a machine
+    that drifts during the run weighs on both ends alike, and since a disturbance only ever slows a round (a round
+    of 16 lasts under a second on two cores), the faster of a count's two rounds is its measure.
 
     Each request is a RequestStart when it is sent and a Finish when its answer is back (`ms` its wall time), so
     the log says how many were in flight at every moment; a Counters event (the server's /metrics) before the
@@ -213,8 +217,10 @@ def send_in_flight(server, pair, in_flight=BATCH_IN_FLIGHT) -> Recorded:
     prompts = [pair.encode(r.prompt) for r in work.requests]
     with urllib.request.urlopen(server.url + "/version", timeout=10) as r:
         version = json.load(r).get("version", "?")
+    order = list(in_flight) + list(in_flight)[::-1]
     log = Recorded(pair=pair.name, about={"machine": machine(), "recorded": datetime.date.today().isoformat(),
-                                          "vllm": version, "speculate": server.speculate, "k": server.k})
+                                          "vllm": version, "speculate": server.speculate, "k": server.k,
+                                          "in_flight": order})
     ids, lock = itertools.count(1), threading.Lock()  # the threads share the log: one event at a time
 
     def send(prompt: list[int], record: bool = True) -> None:
@@ -242,7 +248,7 @@ def send_in_flight(server, pair, in_flight=BATCH_IN_FLIGHT) -> Recorded:
     send(prompts[0], record=False)  # the first request pays for the server's warm-up: not a round's
     with Watch() as watch:  # was the machine busy meanwhile? (teachspec/busy.py)
         counters()
-        for n in in_flight:
+        for n in order:
             with ThreadPoolExecutor(max_workers=n) as pool:
                 list(pool.map(send, prompts))
             counters()

@@ -27,9 +27,8 @@ import itertools
 from concurrent.futures import ThreadPoolExecutor
 
 from teachspec.engine import Engine
-from teachspec.speculate import spec as drafter_spec
+from teachspec.speculate import Speculation
 from teachspec.program.state import Run, State
-from teachspec.speculative.policies import make_policy
 
 _run_ids = itertools.count()  # a run's id in the trace: ProgramStep and ProgramSpan events carry it
 
@@ -84,8 +83,7 @@ def _check(program, engine, arguments: dict, speculate, k) -> str:
     if not isinstance(engine, Engine) and not all(hasattr(engine, a) for a in ("generate", "score", "events", "pair")):
         raise TypeError(f"engine must be a teachspec Engine, or a server's (teachspec.serving.RemoteEngine), got "
                         f"{type(engine).__name__}")
-    drafter_spec(speculate)  # refuses a name that is not a drafter
-    make_policy(k)  # refuses a k that is neither a draft length nor a policy's name
+    Speculation(speculate, k)  # refuses a name that is not a drafter, a k that is no draft length nor policy
     name = getattr(program, "__name__", type(program).__name__)
     try:
         inspect.signature(program).bind(None, **arguments)

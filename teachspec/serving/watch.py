@@ -31,7 +31,10 @@ needs none, since `/metrics` is open and the event sockets are socket files that
 
 What goes wrong is said once, and the log keeps what it had: a server that does not answer when the watcher starts
 raises a ServerError at once; one that dies later, or a message that is not a KV event batch, stops the watcher
-with `watcher.error` set, a warning, and the same error raised by the next `settle()` or `check()`.
+with `watcher.error` set, a warning, and the same error raised by the next `settle()` or `check()`. A server that
+is only busy is not dead: on a CPU shared with the engine it serves, a /metrics reply can take seconds, so each
+read is given `patience` seconds (30 by default) before the server is said to have stopped answering. Nothing
+listening, or a reply that is not Prometheus text, is said at once.
 
 Nothing on the socket is taken without looking, since whatever the watcher takes ends up in a trace that must load:
 
@@ -157,7 +160,7 @@ class Watcher:
     """Follows one vLLM server's KV events and counters into `log` (a new EventLog unless given)."""
 
     def __init__(self, server: VllmServer | str, events_endpoint: str | None = None, log: EventLog | None = None,
-                 interval: float = 0.25, replay_endpoint: str | None = None):
+                 interval: float = 0.25, replay_endpoint: str | None = None, patience: float = 30.0):
         if isinstance(server, VllmServer):
             self.url, events_endpoint = server.url, events_endpoint or server.events_endpoint
             replay_endpoint = replay_endpoint or server.replay_endpoint
@@ -165,10 +168,15 @@ class Watcher:
             self.url = server.rstrip("/")
         else:
             raise TypeError(f"server must be a VllmServer (from start_vllm) or its URL, got {type(server).__name__}")
+        for name, value, means in (("interval", interval, "between two reads of /metrics"),
+                                   ("patience", patience, "a /metrics reply may take")):
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < 3600:
+                raise ValueError(f"{name} must be the seconds {means}, a number in (0, 3600), got {value!r}")
         if not isinstance(events_endpoint, str) or not events_endpoint.startswith(("tcp://", "ipc://")):
             raise ValueError(f"events_endpoint must be where the server publishes KV events, tcp://HOST:PORT or "
                              f"ipc://FILE (its --kv-events-config endpoint), got {events_endpoint!r}")
         self.endpoint, self.replay_endpoint, self.interval = events_endpoint, replay_endpoint, interval
+        self.patience = float(patience)
         self.log = log if log is not None else EventLog(pair=getattr(server, "pair", None))
         self.tree = BlockTree(self.log)
         self.counters: Counters | None = None
@@ -331,7 +339,7 @@ class Watcher:
 
     def _read_counters(self) -> None:
         with self._reading:
-            fields = metrics.counters(metrics.read(self.url, timeout=5.0))
+            fields = metrics.counters(metrics.read(self.url, timeout=self.patience))
             if self.counters is None or any(getattr(self.counters, k) != v for k, v in fields.items()):
                 self.counters = self.log.emit(Counters, source=self.url, **fields)
 

@@ -41,7 +41,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from teachspec.checks import check_int
-from teachspec.speculate import start_k
 
 
 class Constant:
@@ -117,9 +116,9 @@ class Adaptive:
             self.warmup = (s, s, max(0, s - 1), s, min(self.k_max, s + 1), s)
 
     @classmethod
-    def cold(cls, drafter: str | None, **kwargs) -> Adaptive:
-        """A new policy for `drafter` (a `speculate=` name), starting from its good constant k (`start_k`)."""
-        return cls(start=start_k(drafter), **kwargs)
+    def cold(cls, start_k: int, **kwargs) -> Adaptive:
+        """A new policy starting from a drafter's good constant k (its `start_k` in the registry)."""
+        return cls(start=start_k, **kwargs)
 
     @property
     def alpha(self) -> float:

@@ -69,7 +69,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from teachspec.speculate import start_k
 from teachspec.speculative.tree import TokenTree, TreeVerdict
 from teachspec.theory import static_tree
 
@@ -174,9 +173,9 @@ class AdaptiveTree:
             static_tree(shape)  # refuses a shape that is not a tuple of ints >= 1
 
     @classmethod
-    def cold(cls, drafter: str | None, **kwargs) -> AdaptiveTree:
-        """A new policy for `drafter` (a `speculate=` name), starting from the chain of its good constant k."""
-        return cls(start=(1,) * start_k(drafter), **kwargs)
+    def cold(cls, start_k: int, **kwargs) -> AdaptiveTree:
+        """A new policy starting from the chain of a drafter's good constant k (its `start_k` in the registry)."""
+        return cls(start=(1,) * start_k, **kwargs)
 
     # -- the model ---------------------------------------------------------------------------------------------
 
