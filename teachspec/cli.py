@@ -32,7 +32,7 @@ from teachspec.arguments import COURSE, Parser, description, new_file, whole
 
 from teachspec.speculate import DRAFTERS, SERVED  # the registry of drafters: no torch behind it
 
-SPECULATE = (*DRAFTERS, "none")  # none: plain decoding
+SPECULATE_CHOICES = (*DRAFTERS, "none")  # none: plain decoding
 K_POLICIES = ("adaptive", "heuristic", "confidence")
 DEVICE = re.compile(r"cpu|cuda(:\d+)?|mps")
 DTYPES = ("float32", "fp32", "bfloat16", "bf16", "float16", "fp16", "float64")  # teachspec.device.DTYPES' names
@@ -415,7 +415,7 @@ def parser() -> Parser:
                    help="the text to continue (default: a sentence about the with statement)")
     add_model_args(d)
     add_sampling_args(d)
-    d.add_argument("--speculate", type=speculation(*SPECULATE), default="model",
+    d.add_argument("--speculate", type=speculation(*SPECULATE_CHOICES), default="model",
                    help="who guesses: model (default), eagle (the feature-level head), ngram, oracle, adversary, "
                         "or none for plain decoding")
     d.add_argument("--k", type=draft_length, default=2,
@@ -456,7 +456,7 @@ def parser() -> Parser:
     br.add_argument("--cache-tokens", type=whole(0), default=16384, help="the cache's budget in tokens (default "
                                                                           "16384)")
     br.add_argument("--rounds", type=whole(1), default=3, help="interleaved rounds to average (default 3)")
-    br.add_argument("--speculate", type=speculation(*SPECULATE), default=None,
+    br.add_argument("--speculate", type=speculation(*SPECULATE_CHOICES), default=None,
                     help=f"also speculate with a drafter: {', '.join(DRAFTERS)} (default: none, plain decoding)")
     add_json_arg(br)
     br.set_defaults(run=cmd_bench_radix, parser=br)
@@ -469,7 +469,7 @@ def parser() -> Parser:
     bp.add_argument("--cache-tokens", type=whole(0), default=16384, help="the cache's budget in tokens (default "
                                                                           "16384)")
     bp.add_argument("--rounds", type=whole(1), default=2, help="interleaved rounds to average (default 2)")
-    bp.add_argument("--speculate", type=speculation(*SPECULATE), default="model",
+    bp.add_argument("--speculate", type=speculation(*SPECULATE_CHOICES), default="model",
                     help=f"a drafter: {', '.join(DRAFTERS)} (default model), or none for plain decoding")
     bp.add_argument("--k", type=draft_length, default=2,
                     help="draft length (default 2), or adaptive, heuristic or confidence")

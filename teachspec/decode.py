@@ -20,13 +20,13 @@ import torch
 from transformers import PreTrainedModel
 
 from teachspec import kv
-from teachspec.checks import check_context, check_int, check_prompt, check_seed
 from teachspec.device import synchronize
 from teachspec.events import Bonus, EventLog, Finish, Prefill, RequestStart, Verify
 from teachspec.models.pair import Pair, load_pair
 from teachspec.sampling import SamplingParams, sample, warp
 from teachspec.stats import Stats
 from teachspec.stopping import StopRule, eos_ids, stop_strings
+from teachspec.validate import check_context, check_int, check_prompt, check_seed
 
 
 @dataclass

@@ -26,13 +26,14 @@ from contextlib import contextmanager, nullcontext
 import torch
 
 from teachspec import kv
-from teachspec.checks import check_context, check_int, check_prompt, check_seed
 from teachspec.decode import Generation
 from teachspec.device import available_bytes, synchronize
+from teachspec.validate import check_context, check_int, check_prompt, check_seed
 from teachspec.events import Accept, Bonus, Draft, EventLog, Finish, Prefill, Reject, RequestStart, Resample, \
     TreeDraft, Verify
 from teachspec.models.pair import Pair, load_pair
 from teachspec.radix.prefix import PrefixCache
+from teachspec.renamed import said
 from teachspec.request import Request
 from teachspec.sampling import SamplingParams, warp
 from teachspec.speculate import Speculation, make as make_drafter, start_k
@@ -356,7 +357,7 @@ class Engine:
         max_new_tokens = check_int("max_new_tokens", max_new_tokens, 0)
         rule = StopRule(self.pair.eos, stop_strings(stop), self.pair.decode)
         how = Speculation(speculate, k, tree, ngram)
-        drafter = make_drafter(how.speculate, self.pair, how.ngram)
+        drafter = self.drafter(how.speculate, how.ngram)
         check_fits(how.tree, self.pair.vocab_size, self.pair.device)
         ids = self.checked_prompt(prompt, max_new_tokens)
         seed = check_seed(seed)
@@ -386,14 +387,14 @@ class Engine:
         schedule: "fcfs" (arrival order), "lpm" (longest cached prefix first, re-ranked after every request as
         the tree changes) or "dfs" (depth-first over the tree of waiting prompts), as in SGLang.
         """
-        from teachspec.radix.schedule import POLICIES, order
+        from teachspec.radix.schedule import SCHEDULES, order
 
         if not isinstance(requests, (list, tuple)):
             raise TypeError(f"requests must be a list of prompts or requests, got {type(requests).__name__} "
                             f"{str(requests)[:40]!r}; for one prompt call generate, or serve([prompt])")
-        if schedule not in POLICIES:
-            raise ValueError(f"schedule={schedule!r} is not a schedule; use one of {sorted(POLICIES)}")
-        if schedule == "lpm" and self.tree is None:
+        if schedule not in SCHEDULES:
+            raise ValueError(f"schedule={schedule!r} is not a schedule; use one of {sorted(SCHEDULES)}")
+        if schedule == "lpm" and self.radix is None:
             raise ValueError("schedule='lpm' ranks requests by their cached prefix, and this engine's cache is off "
                              "(cache_tokens=0); use 'fcfs' or 'dfs', or turn the cache on")
         prompts = [check_prompt(getattr(r, "prompt", r), self.pair.encode) for r in requests]
@@ -402,13 +403,13 @@ class Engine:
                    for r in requests]
         results: list[Generation | None] = [None] * len(prompts)
         waiting = list(range(len(prompts)))
-        fixed = order([prompts[i] for i in waiting], schedule, self.tree) if schedule != "lpm" else None
+        fixed = order([prompts[i] for i in waiting], schedule, self.radix) if schedule != "lpm" else None
         queue = [waiting[i] for i in fixed] if fixed is not None else None
         while waiting:
             if queue is not None:
                 i = queue.pop(0)
             else:  # longest prefix match is greedy: the best request now depends on what the last one cached
-                i = waiting[order([prompts[j] for j in waiting], "lpm", self.tree)[0]]
+                i = waiting[order([prompts[j] for j in waiting], "lpm", self.radix)[0]]
             waiting.remove(i)
             results[i] = self.generate(prompts[i], budgets[i], **generate)
         return results
@@ -416,9 +417,15 @@ class Engine:
     # -- what the public calls share -----------------------------------------------------------------------------
 
     @property
-    def tree(self):
-        """The radix tree of cached prefixes, or None when the cache is off."""
+    def radix(self):
+        """The radix tree of cached prefixes (RadixAttention), or None when the cache is off."""
         return self.prefix.tree if self.prefix is not None else None
+
+    @property
+    def tree(self):
+        """The old name of `radix`, which `tree=` (a shape of guesses) made ambiguous; goes in the next release."""
+        said("Engine.tree", "Engine.radix")
+        return self.radix
 
     def next_id(self) -> int:
         """A new request's id in the event log."""

@@ -54,7 +54,7 @@ def _eagle(pair, ngram: int):
 
 
 def _ngram(pair, ngram: int):
-    from teachspec.checks import check_int
+    from teachspec.validate import check_int
     from teachspec.speculative.drafters import NgramDrafter
     return NgramDrafter(n_max=check_int("ngram", ngram, 1))
 
@@ -83,7 +83,7 @@ NEEDS = {  # what the pair lacks -> how to give it one
     "draft": "a draft model, and this pair has none; load one with load_pair(target=..., draft=...) or use "
              "speculate='ngram'",
     "eagle": "an EAGLE head trained for this target, and this pair has none; load one with load_pair(..., "
-             "eagle='path/to/head') (`python -m teachspec.models.train --stage eagle` trains one) or use "
+             "eagle='path/to/head') (`python -m teachspec.tools.train --stage eagle` trains one) or use "
              "speculate='model'",
 }
 
@@ -133,7 +133,7 @@ class Speculation:
     ngram: int = 3
 
     def __post_init__(self):
-        from teachspec.checks import check_int
+        from teachspec.validate import check_int
         from teachspec.speculative.policies import make_policy
 
         drafter = spec(self.speculate)

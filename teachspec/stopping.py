@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from teachspec.checks import check_int
+from teachspec.validate import check_int
 
 
 def eos_ids(eos) -> frozenset[int]:

@@ -33,9 +33,10 @@ from typing import Any
 
 from transformers import AutoTokenizer
 
-from teachspec.checks import check_int
 from teachspec.models import BUNDLED, Pair, corpus
 from teachspec.radix.schedule import common_prefix
+from teachspec.renamed import old_names
+from teachspec.validate import check_int
 
 Encoder = Callable[[str], list[int]]
 
@@ -51,7 +52,9 @@ CHAT_SYSTEM = "A conversation between a user and an assistant who knows Python's
 # -- what a workload is ------------------------------------------------------------------------------------------
 
 @dataclass
-class Request:
+class Job:
+    """One request a workload sends: a prompt and its token budget (the engine's running state of a request is
+    `teachspec.request.Request`)."""
     prompt: str
     max_new_tokens: int
     group: str                        # what the prompt shares with others ("system", "subject 1", ...), for reports
@@ -99,7 +102,7 @@ class Footprint:
 class Workload:
     name: str
     description: str
-    requests: list[Request]
+    requests: list[Job]
     conversations: list[Conversation] = field(default_factory=list)  # multi-turn chat only
 
     def tokens(self, encode: Encoder | Pair | None = None) -> list[list[int]]:
@@ -133,7 +136,7 @@ def chat_prompt(history: Sequence[str], system: str = "") -> str:
     return text
 
 
-def flatten(conversations: Sequence[Conversation]) -> list[Request]:
+def flatten(conversations: Sequence[Conversation]) -> list[Job]:
     """Every turn of every conversation as one request whose prompt is the history so far with the stand-in
     replies, so a scheduler or benchmark can run a chat without a model. Turns arrive round-robin (every
     conversation's first turn, then every second turn, ...), as concurrent users would send them."""
@@ -141,7 +144,7 @@ def flatten(conversations: Sequence[Conversation]) -> list[Request]:
     for turn in range(max((len(c.messages) for c in conversations), default=0)):
         for c in conversations:
             if turn < len(c.messages):
-                requests.append(Request(c.prompt(turn), c.max_new_tokens, c.group, c.history(turn)))
+                requests.append(Job(c.prompt(turn), c.max_new_tokens, c.group, c.history(turn)))
     return requests
 
 
@@ -290,7 +293,7 @@ def system_prompt(n_requests: int = 8, system_tokens: int = 400, question_tokens
     system = frame.format(texts.passage(_room(texts, frame, system_tokens)))
     question = "Question: {}\nAnswer:"
     room = _room(texts, question, question_tokens)
-    requests = [Request(system + question.format(texts.passage(room, True)), max_new_tokens, "system")
+    requests = [Job(system + question.format(texts.passage(room, True)), max_new_tokens, "system")
                 for _ in range(n_requests)]
     return Workload("system_prompt", f"{n_requests} short questions after one shared ~{system_tokens}-token "
                                      f"system prompt", requests)
@@ -320,7 +323,7 @@ def few_shot(n_questions: int = 32, shots: int = 5, example_tokens: int = 180, q
     requests = []
     for q in range(n_questions):
         question, letter = _multiple_choice(texts, question_tokens)
-        requests.append(Request(f"{prefixes[q % subjects]}Question: {question}\nAnswer:", max_new_tokens,
+        requests.append(Job(f"{prefixes[q % subjects]}Question: {question}\nAnswer:", max_new_tokens,
                                 f"subject {q % subjects}", answer=letter))
     return Workload("few_shot", f"{n_questions} multiple-choice questions after {shots} shared worked examples of "
                                 f"~{example_tokens} tokens ({subjects} subject{'s' * (subjects > 1)})", requests)
@@ -388,7 +391,7 @@ def tree_of_thought(branches: int = 3, depth: int = 2, root_tokens: int = 200, t
     texts = _start("tree_of_thought", seed, encode)
     root = "Problem: {}\nThink it through, one thought per line.\n"
     level = [("", root.format(texts.passage(_room(texts, root, root_tokens), True)))]  # (label, prompt) pairs
-    requests = [Request(level[0][1], max_new_tokens, "tree")]
+    requests = [Job(level[0][1], max_new_tokens, "tree")]
     for _ in range(depth):
         children = []
         for label, prompt in level:
@@ -396,7 +399,7 @@ def tree_of_thought(branches: int = 3, depth: int = 2, root_tokens: int = 200, t
                 child = f"{label}.{b}" if label else str(b)  # "2.3": the third thought after the second
                 children.append((child, f"{prompt}Thought {child}: {texts.passage(thought_tokens, True)}\n"))
         level = children
-        requests += [Request(prompt, max_new_tokens, "tree") for _, prompt in level]
+        requests += [Job(prompt, max_new_tokens, "tree") for _, prompt in level]
     return Workload("tree_of_thought", f"a thought tree, {branches} branches, {depth} levels deep, over a "
                                        f"~{root_tokens}-token root", requests)
 
@@ -417,7 +420,7 @@ def no_reuse(n_requests: int = 8, prompt_tokens: int = 400, max_new_tokens: int 
         first = texts.encode(text)[0]
         if first not in firsts:  # documents opening with the same word would share that token
             firsts.add(first)
-            requests.append(Request(text, max_new_tokens, f"document {len(requests)}"))
+            requests.append(Job(text, max_new_tokens, f"document {len(requests)}"))
     return Workload("no_reuse", f"{n_requests} unrelated ~{prompt_tokens}-token documents", requests)
 
 
@@ -439,7 +442,7 @@ def copy_heavy(n_prompts: int = 8, passage_tokens: int = 64, max_new_tokens: int
     for i in range(n_prompts):
         passage = texts.passage(passage_tokens, one_line=True)
         opening = _fit(passage, passage_tokens - max_new_tokens, texts.encode)
-        requests.append(Request(f"{passage}\n\nRepeat the text above.\n\n{opening}", max_new_tokens,
+        requests.append(Job(f"{passage}\n\nRepeat the text above.\n\n{opening}", max_new_tokens,
                                 f"passage {i}"))
     return Workload("copy_heavy", f"{n_prompts} prompts to repeat a ~{passage_tokens}-token passage", requests)
 
@@ -460,7 +463,7 @@ def docs_completion(n_prompts: int = 8, prompt_tokens: int = 64, max_new_tokens:
         raise ValueError(f"n_prompts must be <= {len(long_enough)}, the held-out documents with at least "
                          f"prompt_tokens + max_new_tokens = {prompt_tokens + max_new_tokens} tokens; got {n_prompts}")
     docs = rng.sample(long_enough, n_prompts)
-    requests = [Request(_fit(d.text.strip(), prompt_tokens, enc), max_new_tokens, d.name) for d in docs]
+    requests = [Job(_fit(d.text.strip(), prompt_tokens, enc), max_new_tokens, d.name) for d in docs]
     return Workload("docs_completion", f"{n_prompts} held-out documentation openings of ~{prompt_tokens} tokens",
                     requests)
 
@@ -476,3 +479,6 @@ def get(name: str, **kwargs: Any) -> Workload:
     if name not in WORKLOADS:
         raise ValueError(f"name={name!r} is not a workload; workloads are {sorted(WORKLOADS)}")
     return WORKLOADS[name](**kwargs)
+
+
+__getattr__ = old_names(__name__, {"Request": "Job"}, globals())  # Request: the engine's own

@@ -34,11 +34,12 @@ from statistics import median
 
 import torch
 
+from teachspec.bench.table import table
 from teachspec.busy import Watch, warning
-from teachspec.checks import check_int
 from teachspec.engine import Engine
 from teachspec.models.pair import Pair
 from teachspec.threads import run_queue_ns, set_threads
+from teachspec.validate import check_int
 
 PROMPT = 'The "with" statement is used to'
 SETTINGS = ("policy", "torch default")
@@ -189,14 +190,13 @@ def markdown(result: dict) -> str:
         return "" if x is None else f"{x:.2f}"
 
     lines = [f"pair {result['pair']}, {result['cpus']} CPUs, {result['new_tokens']} new tokens, median of "
-             f"{result['repeats']} interleaved runs, speculation with the draft model at k={result['k']}", "",
-             "| busy processes | threads | plain tok/s | speculative tok/s | speedup | plain, of quiet "
-             "| speedup, of quiet | waited for a CPU |", "|---|---|---|---|---|---|---|---|"]
-    for r in result["rows"]:
-        waited = "" if r["waited"] is None else f"{r['waited']:.0%}"
-        lines.append(f"| {r['busy']} | {r['setting']}: {r['threads']} | {r['plain_tokens_per_s']:.0f} | "
-                     f"{r['speculative_tokens_per_s']:.0f} | {r['speedup']:.2f}x | {share(r['plain_of_quiet'])} | "
-                     f"{share(r['speedup_of_quiet'])} | {waited} |")
+             f"{result['repeats']} interleaved runs, speculation with the draft model at k={result['k']}", ""]
+    lines += table(["busy processes", "threads", "plain tok/s", "speculative tok/s", "speedup", "plain, of quiet",
+                    "speedup, of quiet", "waited for a CPU"],
+                   [[r["busy"], f"{r['setting']}: {r['threads']}", f"{r['plain_tokens_per_s']:.0f}",
+                     f"{r['speculative_tokens_per_s']:.0f}", f"{r['speedup']:.2f}x", share(r["plain_of_quiet"]),
+                     share(r["speedup_of_quiet"]), "" if r["waited"] is None else f"{r['waited']:.0%}"]
+                    for r in result["rows"]])
     after = result.get("after")
     if after:
         back = after["back_after_requests"]

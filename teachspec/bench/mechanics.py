@@ -20,13 +20,13 @@ from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 from teachspec.bench.speculative import identical, ours, ours_plain, run_workload, summarise
 from teachspec.busy import Watch
-from teachspec.checks import check_int
 from teachspec.device import resolve_device, resolve_dtype
-from teachspec.threads import use_cpu_policy
 from teachspec.engine import Engine
 from teachspec.models.packed import pack
 from teachspec.models.pair import BUNDLED, Pair
 from teachspec.sampling import SamplingParams
+from teachspec.threads import use_cpu_policy
+from teachspec.validate import check_int
 
 VOCAB = 4096  # the bundled tokenizer's: the prompts are random ids, but outputs are decoded with it
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 
+from teachspec.bench.table import table
 from teachspec.busy import Watch, warning
 from teachspec.engine import Engine
 from teachspec.models.pair import Pair
@@ -84,13 +85,12 @@ def bench(pair: Pair, names=tuple(EXAMPLES), rounds: int = 2, cache_tokens: int 
 
 def markdown(result: dict) -> str:
     lines = [f"device {result['device']}, pair {result['pair']}, budget {result['cache_tokens']} tokens, mean of "
-             f"{result['rounds']} interleaved rounds, speculation: {result['speculate']} (k={result['k']})", "",
-             "| program | runs | calls | prompt tokens | hit rate | cache off (s) | cache on (s) | throughput, on vs off "
-             "| same outputs |", "|---|---|---|---|---|---|---|---|---|"]
-    for name, r in result["examples"].items():
-        lines.append(f"| {name} | {r['runs']} | {r['calls']} | {r['prompt_tokens']} | {r['hit_rate']:.1%} | "
-                     f"{r['seconds_off']:.2f} | {r['seconds_on']:.2f} | {r['throughput_ratio']:.2f}x | "
-                     f"{r['outputs_identical']} |")
+             f"{result['rounds']} interleaved rounds, speculation: {result['speculate']} (k={result['k']})", ""]
+    lines += table(["program", "runs", "calls", "prompt tokens", "hit rate", "cache off (s)", "cache on (s)",
+                    "throughput, on vs off", "same outputs"],
+                   [[name, r["runs"], r["calls"], r["prompt_tokens"], f"{r['hit_rate']:.1%}", f"{r['seconds_off']:.2f}",
+                     f"{r['seconds_on']:.2f}", f"{r['throughput_ratio']:.2f}x", r["outputs_identical"]]
+                    for name, r in result["examples"].items()])
     if warning(result.get("machine")):
         lines += ["", warning(result["machine"])]
     return "\n".join(lines)

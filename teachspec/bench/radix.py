@@ -24,16 +24,17 @@ import time
 from dataclasses import dataclass
 
 from teachspec import workloads as wl
+from teachspec.bench.table import table
 from teachspec.busy import Watch, warning
 from teachspec.chat import Chat
 from teachspec.engine import Engine
 from teachspec.models.pair import Pair
+from teachspec.radix.schedule import SCHEDULES
 
-SCHEDULES = ("fcfs", "lpm", "dfs")
 
 
 @dataclass
-class Run:
+class BenchRun:
     seconds: float = 0.0
     prompt_tokens: int = 0
     cached_tokens: int = 0
@@ -43,15 +44,15 @@ class Run:
     outputs: list | None = None
 
 
-def serve_once(pair: Pair, requests, cache_tokens: int, schedule: str, speculate, k) -> Run:
+def serve_once(pair: Pair, requests, cache_tokens: int, schedule: str, speculate, k) -> BenchRun:
     engine = Engine(pair, cache_tokens=cache_tokens)
-    run = Run(outputs=[])
+    run = BenchRun(outputs=[])
     peak = 0
 
     def watch(event):
         nonlocal peak
-        if engine.tree is not None:
-            peak = max(peak, engine.tree.total_size)
+        if engine.radix is not None:
+            peak = max(peak, engine.radix.total_size)
 
     engine.events.subscribe(watch)
     t0 = time.perf_counter()
@@ -67,11 +68,11 @@ def serve_once(pair: Pair, requests, cache_tokens: int, schedule: str, speculate
     return run
 
 
-def chat_once(pair: Pair, conversations, cache_tokens: int, speculate, k) -> Run:
+def chat_once(pair: Pair, conversations, cache_tokens: int, speculate, k) -> BenchRun:
     """Conversations advance one turn each, round robin, as concurrent users would."""
     engine = Engine(pair, cache_tokens=cache_tokens)
     chats = [Chat(engine, system=c.system) for c in conversations]
-    run = Run(outputs=[[] for _ in chats])
+    run = BenchRun(outputs=[[] for _ in chats])
     t0 = time.perf_counter()
     for turn in range(max(len(c.messages) for c in conversations)):
         for chat, conv, out in zip(chats, conversations, run.outputs):
@@ -82,8 +83,8 @@ def chat_once(pair: Pair, conversations, cache_tokens: int, speculate, k) -> Run
                 run.new_tokens += g.stats.new_tokens
                 run.cache_s += g.stats.cache_s
                 out.append(g.tokens)
-                if engine.tree is not None:
-                    run.peak_cached = max(run.peak_cached, engine.tree.total_size)
+                if engine.radix is not None:
+                    run.peak_cached = max(run.peak_cached, engine.radix.total_size)
     run.seconds = time.perf_counter() - t0
     return run
 
@@ -109,7 +110,7 @@ def bench(pair: Pair, names=("system_prompt", "few_shot", "multi_turn", "tree_of
     watch = Watch()
     for name in names:
         workload = wl.get(name)
-        runs: dict[str, Run] = {}
+        runs: dict[str, BenchRun] = {}
         for r in range(rounds):
             for label, budget, schedule in configs[r % len(configs):] + configs[:r % len(configs)]:
                 if workload.conversations and schedule != "fcfs":
@@ -119,7 +120,7 @@ def bench(pair: Pair, names=("system_prompt", "few_shot", "multi_turn", "tree_of
                     run = chat_once(fixed, workload.conversations, budget, speculate, k)
                 else:
                     run = serve_once(fixed, workload.requests, budget, schedule, speculate, k)
-                total = runs.setdefault(label, Run(outputs=run.outputs))
+                total = runs.setdefault(label, BenchRun(outputs=run.outputs))
                 total.seconds += run.seconds
                 total.cache_s += run.cache_s
                 total.prompt_tokens, total.cached_tokens = run.prompt_tokens, run.cached_tokens
@@ -154,14 +155,13 @@ def markdown(result: dict) -> str:
     for name, w in result["workloads"].items():
         best = w["best_hit_rate"]
         lines += ["", f"**{name}**: {w['description']} ({w['prompt_tokens']} prompt tokens"
-                  + (f", best possible hit rate {best:.1%})" if best is not None else ")"), "",
-                  "| config | throughput vs off | hit rate | of best | prefill computed | saved | peak cached "
-                  "| cache time | same outputs |", "|---|---|---|---|---|---|---|---|---|"]
-        for r in w["rows"]:
-            of_best = f"{r['hit_rate'] / best:.0%}" if best else ""
-            lines.append(f"| {r['config']} | {r['throughput_ratio']:.2f}x | {r['hit_rate']:.1%} | {of_best} | "
-                         f"{r['prefill_computed']} | {r['prefill_saved']} | {r['peak_cached_tokens']} | "
-                         f"{r['cache_time_share']:.2%} | {r['outputs_identical_to_cache_off']} |")
+                  + (f", best possible hit rate {best:.1%})" if best is not None else ")"), ""]
+        lines += table(["config", "throughput vs off", "hit rate", "of best", "prefill computed", "saved",
+                        "peak cached", "cache time", "same outputs"],
+                       [[r["config"], f"{r['throughput_ratio']:.2f}x", f"{r['hit_rate']:.1%}",
+                         f"{r['hit_rate'] / best:.0%}" if best else "", r["prefill_computed"], r["prefill_saved"],
+                         r["peak_cached_tokens"], f"{r['cache_time_share']:.2%}",
+                         r["outputs_identical_to_cache_off"]] for r in w["rows"]])
     if warning(result.get("machine")):
         lines += ["", warning(result["machine"])]
     return "\n".join(lines)

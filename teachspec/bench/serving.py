@@ -28,6 +28,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from teachspec.bench.program import batch_once
+from teachspec.bench.table import table
 from teachspec.busy import Watch, warning
 from teachspec.engine import Engine
 from teachspec.models.pair import Pair
@@ -142,23 +143,20 @@ def _throughput(remote: RemoteEngine, prompts: list[list[int]], n: int) -> dict:
 
 def markdown(result: dict) -> str:
     lines = [f"pair {result['pair']}, {result['prompts']} prompts x {result['new_tokens']} new tokens, greedy, one "
-             f"request at a time; teachspec's methods interleaved prompt by prompt, then each vLLM server alone", "",
-             "| engine, method | tokens/s (one request) | vs teachspec plain | alpha | tokens per target pass | "
-             "identical to teachspec plain |", "|---|---|---|---|---|---|"]
-    for name, m in result["methods"].items():
-        alpha = f"{m['alpha']:.2f}" if "alpha" in m else ""
-        per_pass = f"{m['tokens_per_target_pass']:.2f}" if "tokens_per_target_pass" in m else ""
-        lines.append(f"| {name} | {m['tokens_per_s']:.0f} | {m['speedup']:.2f}x | {alpha} | {per_pass} | "
-                     f"{m['identical']} |")
-    lines += ["", "| vLLM, many requests at once | requests in flight | tokens/s (all requests) |", "|---|---|---|"]
-    for name, rows in result["batched"].items():
-        for c, row in rows.items():
-            lines.append(f"| {name} | {c} | {row['tokens_per_s']:.0f} |")
-    lines += ["", "| program on the server (vLLM, draft model) | runs | same variables as teachspec | prefix-cache hit "
-              "rate, vLLM's /metrics | teachspec's radix tree |", "|---|---|---|---|---|"]
-    for name, r in result.get("programs", {}).items():
-        lines.append(f"| {name} | {r['runs']} | {r['identical']} | {r['server_hit_rate']:.1%} | "
-                     f"{r['local_hit_rate']:.1%} |")
+             f"request at a time; teachspec's methods interleaved prompt by prompt, then each vLLM server alone", ""]
+    lines += table(["engine, method", "tokens/s (one request)", "vs teachspec plain", "alpha", "tokens per target pass",
+                    "identical to teachspec plain"],
+                   [[name, f"{m['tokens_per_s']:.0f}", f"{m['speedup']:.2f}x",
+                     f"{m['alpha']:.2f}" if "alpha" in m else "",
+                     f"{m['tokens_per_target_pass']:.2f}" if "tokens_per_target_pass" in m else "", m["identical"]]
+                    for name, m in result["methods"].items()])
+    lines += [""] + table(["vLLM, many requests at once", "requests in flight", "tokens/s (all requests)"],
+                          [[name, c, f"{row['tokens_per_s']:.0f}"]
+                           for name, rows in result["batched"].items() for c, row in rows.items()])
+    lines += [""] + table(["program on the server (vLLM, draft model)", "runs", "same variables as teachspec",
+                           "prefix-cache hit rate, vLLM's /metrics", "teachspec's radix tree"],
+                          [[name, r["runs"], r["identical"], f"{r['server_hit_rate']:.1%}",
+                            f"{r['local_hit_rate']:.1%}"] for name, r in result.get("programs", {}).items()])
     lines += ["", f"every greedy output identical across the engines: {result['all_identical']}"]
     if warning(result.get("machine")):
         lines += ["", warning(result["machine"])]

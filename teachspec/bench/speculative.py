@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from teachspec.bench.table import table
 from teachspec.busy import Watch, warning
 from teachspec.decode import decode
 from teachspec.device import synchronize
@@ -287,17 +288,16 @@ def markdown(result: dict) -> str:
              f"{result['new_tokens']} new tokens, {result['threads']} threads"]
     for name, w in result["workloads"].items():
         same = w["greedy_outputs_identical"]
-        lines += ["", f"**{name}**" + ("" if same is None else f" (greedy outputs identical: {same})"), "",
-                  "| method | speedup | after the first token | tok/s | tok/pass | alpha | c | pass cost "
-                  "| predicted (paper) | measured / paper | predicted (cost-aware) | measured / cost-aware |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-        for r in w["rows"]:
-            def f(key, fmt="{:.2f}"):
-                return fmt.format(r[key]) if key in r else ""
-            lines.append(f"| {r['method']} | {r['speedup']:.2f}x | {f('decoding_speedup', '{:.2f}x')} | "
-                         f"{r['tokens_per_s']:.0f} | {f('tokens_per_target_pass')} | {f('alpha')} | {f('c')} | "
-                         f"{f('pass_cost')} | {f('predicted')} | {f('measured_over_predicted')} | "
-                         f"{f('predicted_cost_aware')} | {f('measured_over_cost_aware')} |")
+        lines += ["", f"**{name}**" + ("" if same is None else f" (greedy outputs identical: {same})"), ""]
+
+        def f(r, key, fmt="{:.2f}"):
+            return fmt.format(r[key]) if key in r else ""
+        lines += table(["method", "speedup", "after the first token", "tok/s", "tok/pass", "alpha", "c", "pass cost",
+                        "predicted (paper)", "measured / paper", "predicted (cost-aware)", "measured / cost-aware"],
+                       [[r["method"], f"{r['speedup']:.2f}x", f(r, "decoding_speedup", "{:.2f}x"),
+                         f"{r['tokens_per_s']:.0f}", f(r, "tokens_per_target_pass"), f(r, "alpha"), f(r, "c"),
+                         f(r, "pass_cost"), f(r, "predicted"), f(r, "measured_over_predicted"),
+                         f(r, "predicted_cost_aware"), f(r, "measured_over_cost_aware")] for r in w["rows"]])
         if w.get("noise") is not None:
             lines += ["", f"Noise floor: ours k=2 ran twice, interleaved with the rest, and its two speedups differ by "
                           f"{w['noise']:.1%}; methods closer than that are not told apart by this run."]
@@ -307,12 +307,11 @@ def markdown(result: dict) -> str:
         split = [r for r in w["rows"] if "time_split" in r]
         if not split:
             continue
-        lines += ["", f"*{name}*", "", "| method | draft | target | engine | total |", "|---|---|---|---|---|"]
-        for r in split:
-            t = r["time_split"]
-            draft = f"{t['draft_ms']:.2f}" if t["draft_ms"] else ""
-            lines.append(f"| {r['method']} | {draft} | {t['target_ms']:.2f} | {t['engine_ms']:.2f} | "
-                         f"{sum(t.values()):.2f} |")
+        lines += ["", f"*{name}*", ""]
+        lines += table(["method", "draft", "target", "engine", "total"],
+                       [[r["method"], f"{r['time_split']['draft_ms']:.2f}" if r["time_split"]["draft_ms"] else "",
+                         f"{r['time_split']['target_ms']:.2f}", f"{r['time_split']['engine_ms']:.2f}",
+                         f"{sum(r['time_split'].values()):.2f}"] for r in split])
     if warning(result.get("machine")):
         lines += ["", warning(result["machine"])]
     return "\n".join(lines)

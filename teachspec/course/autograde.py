@@ -1,6 +1,6 @@
 """Grading a submission the one way, for nbgrader, Otter-Grader and pytest alike: from its file, before it runs.
 
-    verdicts(nb, course)   grade_id -> Verdict, for every graded check cell of a submitted notebook
+    verdicts(nb, course)   grade_id -> Grade, for every graded check cell of a submitted notebook
 
 Each graded check cell names its part (`check("a1.decisions", speculative_step)`); the part is judged by
 `grading.judge` on the notebook's definitions (`teachspec.course.definitions`), run in a sandbox, on the visible
@@ -53,7 +53,7 @@ class GraderChanged(RuntimeError):
 
 
 @dataclass(frozen=True)
-class Verdict:
+class Grade:
     part: str
     passed: bool
     message: str     # the `ok` line, or what failed and its likely cause (never a hidden case)
@@ -125,18 +125,18 @@ def graded_parts(nb: nbformat.NotebookNode) -> dict[str, str]:
     return out
 
 
-def judge_parts(nb: nbformat.NotebookNode, parts: dict[str, str], where: Course) -> dict[str, Verdict]:
+def judge_parts(nb: nbformat.NotebookNode, parts: dict[str, str], where: Course) -> dict[str, Grade]:
     """Judge each named part on the definitions of `nb`, hidden cases from the course's secret."""
     code, out = definitions(nb), {}
     for name, part in parts.items():
         try:
-            out[name] = Verdict(part, True, judge(part, code, where.secret, denied=(str(where.folder),)))
+            out[name] = Grade(part, True, judge(part, code, where.secret, denied=(str(where.folder),)))
         except CheckFailed as e:
-            out[name] = Verdict(part, False, str(e))
+            out[name] = Grade(part, False, str(e))
     return out
 
 
-def verdicts(nb: nbformat.NotebookNode, where: Course) -> dict[str, Verdict]:
+def verdicts(nb: nbformat.NotebookNode, where: Course) -> dict[str, Grade]:
     return judge_parts(nb, graded_parts(nb), where)
 
 
@@ -195,7 +195,7 @@ if Preprocessor is not None:
             return nb, resources
 
 
-def output(verdict: Verdict) -> nbformat.NotebookNode:
+def output(verdict: Grade) -> nbformat.NotebookNode:
     if verdict.passed:
         return nbformat.v4.new_output("stream", name="stdout", text=verdict.message + "\n")
     return nbformat.v4.new_output("error", ename="CheckFailed", evalue=verdict.message,

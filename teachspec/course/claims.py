@@ -7,8 +7,8 @@ only where the cell that measures it also checks it:
     claim("the radix cache shortens the prefill", max(prefill_ratios) < 0.8, f"ratios {prefill_ratios}")
 
 On a run where the check fails the cell says so, under its own output, so the prose is never silently wrong on
-screen. tests/test_lecture_claims.py reruns the lectures with another seed beside a busy neighbour (as
-committed, they run under tests/test_notebooks.py), and fails when any claim does: a direction that a rerun can
+screen. tests/course/test_lecture_claims.py reruns the lectures with another seed beside a busy neighbour (as
+committed, they run under tests/course/test_notebooks.py), and fails when any claim does: a direction that a rerun can
 overturn belongs in hedged prose, not in a claim. A lecture's `SEED` (its first cell) is the seed of every sampled
 run in it, which is how those reruns draw other samples.
 

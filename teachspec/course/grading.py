@@ -8,7 +8,7 @@ Each assignment is graded in parts, one property each, so that one bug costs its
 The student's code runs in a child interpreter (`teachspec.course.sandbox`), defined from the notebook's text
 (`teachspec.course.definitions`), never from a kernel the student's cells ran in. Three rules make a part hold:
 
-- Its expected answers come from this file: small plain-Python references (tests/test_assignments.py checks each
+- Its expected answers come from this file: small plain-Python references (tests/course/test_assignments.py checks each
   against the library's own implementation), on cases drawn from its own random numbers (`Draws`, SplitMix64),
   compared here. Nothing is stored that a student could read: the answers are computed at grading time.
 - The visible cases come from a public seed (a student's `check` runs the same ones); the hidden cases from the

@@ -27,14 +27,7 @@ import socket
 
 import torch
 
-from teachspec.models import BUNDLED, Pair, load_pair
-
-HUB_PAIRS = {
-    "smollm2": ("HuggingFaceTB/SmolLM2-360M", "HuggingFaceTB/SmolLM2-135M"),
-    "qwen2.5": ("Qwen/Qwen2.5-1.5B", "Qwen/Qwen2.5-0.5B"),
-    "smollm2-instruct": ("HuggingFaceTB/SmolLM2-360M-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct"),
-    "qwen2.5-instruct": ("Qwen/Qwen2.5-1.5B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct"),
-}
+from teachspec.models import BUNDLED, HUB_PAIRS, Pair, load_pair
 ENV = "TEACHSPEC_NOTEBOOK_PAIR"
 
 

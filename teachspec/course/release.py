@@ -140,7 +140,7 @@ plugins:               # teachspec judges the graded tests from the submission's
 init_cell: true        # `import otter; grader = otter.Notebook(...)` at the top of the student's copy
 check_all_cell: false
 export_cell: false     # students hand in the .ipynb itself; no PDF
-run_tests: false       # the graders' round trip (tests/test_grading_round_trip.py) runs them
+run_tests: false       # the graders' round trip (tests/course/test_grading_round_trip.py) runs them
 generate: true         # autograder/<name>-autograder_*.zip for `otter run` and `otter grade`
 tests:
   files: true

@@ -189,7 +189,7 @@ def under(path: str, folders: list[str]) -> bool:
 
 def define(code: str, home: dict) -> list[str]:
     """Run the definitions one top-level statement at a time; returns a note for each that failed. The names a
-    failed statement would bind are bound to `Unavailable`, which raises its error when used: a line that hands
+    failed statement would bind are bound to `Unbound`, which raises its error when used: a line that hands
     an answer to teachspec leaves no earlier answer standing in for it."""
     notes = []
     for node in ast.parse(code).body:
@@ -198,7 +198,7 @@ def define(code: str, home: dict) -> list[str]:
         except BaseException as e:  # noqa: BLE001 -- a failed line binds nothing usable; its note says why
             why = f"line {node.lineno}: {type(e).__name__}: {e}"
             for name in bound(node):
-                home[name] = Unavailable(name, why, refused=isinstance(e, ImportError))
+                home[name] = Unbound(name, why, refused=isinstance(e, ImportError))
             notes.append(why)
     return notes
 
@@ -214,7 +214,7 @@ def bound(node: ast.stmt) -> list[str]:
     return []  # a statement that binds nothing
 
 
-class Unavailable:
+class Unbound:
     """What a failed line binds: using it raises why it failed (an ImportError for a refused import)."""
 
     def __init__(self, name: str, why: str, refused: bool):

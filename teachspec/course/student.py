@@ -14,7 +14,7 @@ cleared. The markers are nbgrader's own, so the same notebook also works with `n
 writes OUT (default: student/<name>.ipynb in the current folder). It never writes over its input or into the
 sources folder, and over another file only with --force. The student versions in notebooks/assignments/
 are this function's output for every source, committed so that the course a student browses holds no solution;
-`refresh()` remakes them, and tests/test_assignments.py checks that they are what the sources give today.
+`refresh()` remakes them, and tests/course/test_assignments.py checks that they are what the sources give today.
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ cache bookkeeping) took as long as the layer's arithmetic, and `test_eagle.py` c
 `head_config` sizes the layer from the target's config; `save_head` and `load_head` read and write a folder with
 `config.json` (a Llama config of one layer), `model.safetensors` (float16 weights) and, when the head has a draft
 vocabulary, `draft_vocab.json` (its token ids, in increasing order). Training is a stage of
-`teachspec/models/train.py` (`--stage eagle`; `--stage draft-vocab` chooses the draft vocabulary of a trained head).
+`teachspec/tools/train.py` (`--stage eagle`; `--stage draft-vocab` chooses the draft vocabulary of a trained head).
 """
 
 from __future__ import annotations

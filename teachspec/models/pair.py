@@ -34,6 +34,12 @@ from teachspec.models.support import check_config, probe
 from teachspec.stopping import eos_ids
 
 BUNDLED = {"tiny": Path(__file__).parent / "tiny"}
+HUB_PAIRS = {  # the pairs the course names: (target, draft) on the Hugging Face hub (teachspec/course/pairs.py)
+    "smollm2": ("HuggingFaceTB/SmolLM2-360M", "HuggingFaceTB/SmolLM2-135M"),
+    "qwen2.5": ("Qwen/Qwen2.5-1.5B", "Qwen/Qwen2.5-0.5B"),
+    "smollm2-instruct": ("HuggingFaceTB/SmolLM2-360M-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct"),
+    "qwen2.5-instruct": ("Qwen/Qwen2.5-1.5B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct"),
+}
 
 
 @dataclass
@@ -251,7 +257,7 @@ def load_pair(name: str | None = None, *, target: str | Path | PreTrainedModel |
     if eagle is not None:
         if not (Path(eagle) / "config.json").exists():
             raise FileNotFoundError(f"eagle={str(eagle)!r}: no EAGLE head there (expected a folder with config.json "
-                                    f"and model.safetensors, as `python -m teachspec.models.train --stage eagle` "
+                                    f"and model.safetensors, as `python -m teachspec.tools.train --stage eagle` "
                                     f"writes)")
         head = load_head(Path(eagle), target_model)
     return Pair(target_model, draft_model, tokenizer, vocab, name or f"{names[0]} / {names[1]}", target_model.device,

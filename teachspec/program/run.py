@@ -27,8 +27,8 @@ import itertools
 from concurrent.futures import ThreadPoolExecutor
 
 from teachspec.engine import Engine
-from teachspec.speculate import Speculation
 from teachspec.program.state import Run, State
+from teachspec.speculate import Speculation
 
 _run_ids = itertools.count()  # a run's id in the trace: ProgramStep and ProgramSpan events carry it
 

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 import torch
 
 from teachspec import kv
-from teachspec.checks import check_int
 from teachspec.device import synchronize
 from teachspec.engine import Engine
 from teachspec.events import Prefill, Score
@@ -30,6 +29,7 @@ from teachspec.speculative.drafters import ModelDrafter
 from teachspec.speculative.policies import make_policy
 from teachspec.stats import Stats
 from teachspec.stopping import StopRule
+from teachspec.validate import check_int
 
 
 @dataclass

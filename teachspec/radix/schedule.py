@@ -46,10 +46,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from numbers import Integral
 
-from teachspec.checks import check_int, plain_token_ids
 from teachspec.radix.tree import RadixCache
+from teachspec.renamed import old_names
+from teachspec.validate import check_int, plain_token_ids
 
-POLICIES = ("fcfs", "lpm", "dfs")
+SCHEDULES = ("fcfs", "lpm", "dfs")  # the orders a queue of requests may be served in
 
 Prompt = tuple[int, ...]
 
@@ -85,8 +86,8 @@ def _as_prompts(prompts: Sequence[Sequence[int]]) -> list[Prompt]:
 
 
 def _check_policy(policy: str) -> None:
-    if policy not in POLICIES:
-        raise ValueError(f"policy must be one of {list(POLICIES)}, got {policy!r}")
+    if policy not in SCHEDULES:
+        raise ValueError(f"policy must be one of {list(SCHEDULES)}, got {policy!r}")
 
 
 # -- ranking -----------------------------------------------------------------------------------------------------
@@ -210,3 +211,6 @@ def simulate(prompts: Sequence[Sequence[int]], policy: str, budget: int) -> Simu
         cached[i] = _run(cache, seqs[i], budget)
         ran.append(i)
     return Simulation(ran, cached, sum(map(len, seqs)), budget, cache.metrics.evicted_tokens)
+
+
+__getattr__ = old_names(__name__, {"POLICIES": "SCHEDULES"}, globals())  # POLICIES: also the eviction orders

@@ -51,8 +51,9 @@ from dataclasses import dataclass, field
 from numbers import Integral
 from typing import Any
 
-from teachspec.checks import plain_token_ids
 from teachspec.events import EventLog, Evict, Insert, Lock, Match, Split, Unlock
+from teachspec.renamed import old_names
+from teachspec.validate import plain_token_ids
 
 
 class InvariantError(RuntimeError):
@@ -75,8 +76,8 @@ class Node:
         return f"Node(id={self.id}, tokens={len(self.key)}, locks={self.locks})"
 
 
-# Eviction order: the leaf with the smallest key goes first. The node id breaks ties, so the order is deterministic.
-POLICIES: dict[str, Callable[[Node], tuple]] = {
+# Eviction orders: the leaf with the smallest key goes first. The node id breaks ties, so the order is deterministic.
+EVICTION: dict[str, Callable[[Node], tuple]] = {
     "lru": lambda n: (n.last_access, n.id),            # least recently used
     "lfu": lambda n: (n.hits, n.last_access, n.id),    # least frequently used, then least recently
     "fifo": lambda n: (n.created, n.id),               # oldest first
@@ -174,8 +175,8 @@ class RadixCache:
                  window: int = 100, debug: bool = False):
         _check_count("page_size", page_size, 1)
         _check_count("window", window, 1)
-        if policy not in POLICIES:
-            raise ValueError(f"policy must be one of {sorted(POLICIES)}, got {policy!r}")
+        if policy not in EVICTION:
+            raise ValueError(f"policy must be one of {sorted(EVICTION)}, got {policy!r}")
         for name, fn in (("clock", clock), ("on_evict", on_evict)):
             if fn is not None and not callable(fn):
                 raise TypeError(f"{name} must be callable or None, got {type(fn).__name__}")
@@ -341,7 +342,7 @@ class RadixCache:
         Returns the tokens freed: whole nodes go, so it can exceed `n_tokens`. A parent left as an unlocked leaf
         joins the candidates at once (the cascade), ranked by its own key. Locked nodes and the root never go."""
         _check_count("n_tokens", n_tokens, 0)
-        rank = POLICIES[self.policy]
+        rank = EVICTION[self.policy]
         heap = [(rank(node), node) for node in self._leaves]  # keys end in the unique id: nodes are never compared
         heapq.heapify(heap)
         freed = 0
@@ -524,3 +525,6 @@ class RadixCache:
     def __repr__(self) -> str:
         return (f"RadixCache(page_size={self.page_size}, policy={self.policy!r}, total_size={self.total_size}, "
                 f"protected_size={self._protected})")
+
+
+__getattr__ = old_names(__name__, {"POLICIES": "EVICTION"}, globals())  # POLICIES: also the schedules

@@ -43,8 +43,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from teachspec.models.pair import BUNDLED
-from teachspec.speculate import SERVED
 from teachspec.serving.http import fetch
+from teachspec.speculate import SERVED
 
 SPECULATE = (None, *SERVED)  # plain decoding, and the drafters vLLM runs too
 INSTALL = ("Install vLLM in an environment of its own and point teachspec at its Python (teachspec/serving/"

@@ -52,7 +52,7 @@ COMPLETION_LIMIT = 64 * 1024 * 1024   # bytes of one /v1/completions reply: prom
 MODELS_LIMIT = 1024 * 1024            # bytes of /v1/models: a list of names
 
 
-class Answer(dict):
+class ServerReply(dict):
     """A server's JSON object, with where it came from and the bytes it was read from: what an error quotes."""
 
     __slots__ = ("where", "sent")
@@ -174,7 +174,7 @@ class RemoteEngine:
             raise self._bad(out, "lists a model without a name (each entry of \"data\" needs an \"id\")")
         return name
 
-    def _call(self, path: str, body: dict | None, limit: int) -> Answer:
+    def _call(self, path: str, body: dict | None, limit: int) -> ServerReply:
         """One request, whole within `self.timeout`, its reply a JSON object, or a ServerError quoting the reply."""
         where = self.url + path
         data = None if body is None else json.dumps(body).encode()
@@ -191,7 +191,7 @@ class RemoteEngine:
         out = json_of(reply, ServerError)
         if not isinstance(out, dict):
             raise ServerError(f"{where} answered with JSON that is not an object: {quote(reply.body)}")
-        return Answer(out, where, reply.body)
+        return ServerReply(out, where, reply.body)
 
     # -- what a reply must hold ----------------------------------------------------------------------------------
 

@@ -27,9 +27,9 @@ import torch
 from transformers import PreTrainedModel
 
 from teachspec import kv
-from teachspec.checks import check_int
 from teachspec.sampling import SamplingParams, sample, warp
 from teachspec.speculative.tree import Kind, TokenTree
+from teachspec.validate import check_int
 
 
 @dataclass

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from teachspec.checks import check_int
+from teachspec.validate import check_int
 
 
 class Constant:

@@ -56,9 +56,9 @@ from typing import Literal
 
 import torch
 
-from teachspec.checks import check_int
 from teachspec.sampling import sample
 from teachspec.speculative.verify import _check_distributions, _check_generator, _describe, residual  # shared
+from teachspec.validate import check_int
 
 Kind = Literal["independent", "without_replacement"]
 KINDS = ("independent", "without_replacement")

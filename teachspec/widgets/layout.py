@@ -6,7 +6,7 @@ Children are ordered by when they were created, never by their tokens, so a new 
 its older siblings. An insert therefore changes no node's row and moves nothing leftwards: nodes on the new
 leaf's left stay where they are (its ancestors excepted, which re-centre over their children), nodes on its
 right shift one column, and the leaves keep their order. A split puts a new node above the one it cuts, so that
-subtree moves down one row, and nothing moves sideways. (tests/test_widgets_layout.py checks all of this.)
+subtree moves down one row, and nothing moves sideways. (tests/widgets/test_widgets_layout.py checks all of this.)
 
 Folding: a few hundred nodes are too many to read (and to animate), so at most `max_nodes` are drawn, in at most
 `max_columns` columns: a wide tree would otherwise shrink its labels below what the back of a lecture hall can

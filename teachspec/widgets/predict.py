@@ -160,7 +160,7 @@ class Predict:
         if get_ipython is None or get_ipython() is None:
             print(text)
             return
-        display(Verdict(text, open=self.guess is not None or self.shown))
+        display(VerdictBox(text, open=self.guess is not None or self.shown))
 
     def _verdict(self, answer) -> str:
         shown = f"{answer:.3g}" if _number(answer) and not isinstance(answer, numbers.Integral) else str(answer)
@@ -218,7 +218,7 @@ class Predict:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class VerdictBox:
     """A revealed answer as a notebook shows it: folded in a `<details>`, closed unless `open`."""
 
     text: str

@@ -51,7 +51,7 @@ from teachspec.widgets.text import describe
 
 
 @dataclass(slots=True, eq=False)
-class Node:
+class ViewNode:
     id: int
     parent: int | None                  # None for the root
     tokens: int                         # the length of its token run
@@ -89,7 +89,7 @@ class RadixTreeView(ReplayView):
             raise ValueError(f"columns must be an int >= 1 (leaves side by side), or None for no limit, "
                              f"got {columns!r}")
         self.budget, self.max_nodes, self.max_depth, self.columns = budget, max_nodes, max_depth, columns
-        self.nodes: dict[int, Node] = {0: Node(0, None, 0, [])}
+        self.nodes: dict[int, ViewNode] = {0: ViewNode(0, None, 0, [])}
         self._recency: dict[int, None] = {}            # node ids, least recently touched first (folding keeps
         self._touched: set[int] = set()                # the recent ones); and those the current event touched
         self._focus: list[int] = []                    # the nodes the current event's caption names: always drawn
@@ -132,7 +132,7 @@ class RadixTreeView(ReplayView):
     def _rebuild(self, e: Event, index: int) -> str:
         """Apply one cache event to the view's own tree; return what happened, in words."""
 
-        def node(node_id: int) -> Node:  # every lookup names the event if it fails
+        def node(node_id: int) -> ViewNode:  # every lookup names the event if it fails
             return self._node(node_id, e, index)
 
         if isinstance(e, Match):
@@ -148,7 +148,7 @@ class RadixTreeView(ReplayView):
                 return f"insert: all {e.cached} tokens were cached already, nothing new to store"
             self._new_id(e.node, e, index)
             ids = getattr(e, "ids", None) or self._recover(e, parent)
-            self.nodes[e.node] = leaf = Node(e.node, e.parent, e.tokens, ids, depth=parent.depth + 1,
+            self.nodes[e.node] = leaf = ViewNode(e.node, e.parent, e.tokens, ids, depth=parent.depth + 1,
                                              weight=e.tokens)
             leaf.top = self._top(leaf)
             self._hold(self._drawable_path(leaf), e.request)
@@ -167,7 +167,7 @@ class RadixTreeView(ReplayView):
                 raise ValueError(f"{describe(e, index)}: at={e.at} must cut inside node {e.node}'s "
                                  f"{cut.tokens} tokens (0 < at < {cut.tokens})")
             self._new_id(e.new, e, index)
-            head = Node(e.new, e.parent, e.at, ids=cut.ids[:e.at] if cut.ids else None, locks=cut.locks,
+            head = ViewNode(e.new, e.parent, e.at, ids=cut.ids[:e.at] if cut.ids else None, locks=cut.locks,
                         children=[e.node], requests=list(cut.requests), depth=cut.depth, size=cut.size + 1,
                         weight=cut.weight)
             parent.children[parent.children.index(e.node)] = e.new  # the head takes the cut node's place
@@ -222,7 +222,7 @@ class RadixTreeView(ReplayView):
         self._program = self._running + done
         return f"{e.call} {e.name} done: tokens {e.start}..{e.stop} of branch {e.branch}{done}"
 
-    def _node(self, node_id: int, e: Event, index: int) -> Node:
+    def _node(self, node_id: int, e: Event, index: int) -> ViewNode:
         if node_id in self.nodes:
             return self.nodes[node_id]
         why = (f"it was evicted by event {self._gone[node_id]}" if node_id in self._gone
@@ -241,12 +241,12 @@ class RadixTreeView(ReplayView):
         parent.children.remove(node_id)
         self._grow(parent, -1, -gone.tokens)
 
-    def _top(self, n: Node) -> int:
+    def _top(self, n: ViewNode) -> int:
         """`n.top` for a node whose parent's is right: itself down to one row below the drawable ones, else the
         parent's."""
         return n.id if n.depth <= self.max_depth + 1 else self.nodes[n.parent].top
 
-    def _drawable_path(self, n: Node) -> list[Node]:
+    def _drawable_path(self, n: ViewNode) -> list[ViewNode]:
         """The nodes on `n`'s path that can be drawn (depth <= max_depth), bottom up, the root excluded: at most
         max_depth of them, however deep `n` is."""
         path, n = [], self.nodes[n.top]
@@ -256,17 +256,17 @@ class RadixTreeView(ReplayView):
             n = self.nodes[n.parent]
         return path
 
-    def _hold(self, nodes: list[Node], request: int) -> None:
+    def _hold(self, nodes: list[ViewNode], request: int) -> None:
         if request < 0:
             return
         for n in nodes:
             if n.parent is not None and request not in n.requests:
                 n.requests = [*n.requests[-5:], request]  # a new list: frames may hold the old one
 
-    def _touch(self, nodes: list[Node]) -> None:
+    def _touch(self, nodes: list[ViewNode]) -> None:
         self._touched.update(n.id for n in nodes)
 
-    def _grow(self, node: Node, size: int, weight: int) -> None:
+    def _grow(self, node: ViewNode, size: int, weight: int) -> None:
         """Add to the subtree sizes of `node` and of every node above it, from its `top` up: the sizes below the
         tops are never read."""
         node = self.nodes[node.top]
@@ -276,7 +276,7 @@ class RadixTreeView(ReplayView):
                 return
             node = self.nodes[node.parent]
 
-    def _subtree(self, node: Node) -> list[Node]:
+    def _subtree(self, node: ViewNode) -> list[ViewNode]:
         out, stack = [], [node]
         while stack:  # an explicit stack: a long chain of nodes must not hit Python's recursion limit
             n = stack.pop()
@@ -284,7 +284,7 @@ class RadixTreeView(ReplayView):
             stack.extend(self.nodes[c] for c in n.children)
         return out
 
-    def _recover(self, e: Insert, parent: Node) -> list[int] | None:
+    def _recover(self, e: Insert, parent: ViewNode) -> list[int] | None:
         """The new leaf's token ids: its request's tokens after the `cached` ones, if the path agrees."""
         sequence = self._sequences.get(e.request)
         if sequence is None or len(sequence) < e.cached + e.tokens:
@@ -297,7 +297,7 @@ class RadixTreeView(ReplayView):
             return None
         return sequence[e.cached:e.cached + e.tokens]
 
-    def _quote(self, node: Node) -> str:
+    def _quote(self, node: ViewNode) -> str:
         text = self.text.many(node.ids) if node.ids else None
         return "" if text is None else f": {text[:40]!r}"
 

@@ -49,8 +49,7 @@ def decoder(decode: Any = None, pair: Any = None, log: Any = None) -> Decode | N
 def _recorded(name: Any) -> Decode | None:
     """The tokenizer of the pair a trace says made it, when that pair is one this package knows and it loads here;
     otherwise None (the view shows token ids): a replay never fails for want of a tokenizer."""
-    from teachspec.course.pairs import HUB_PAIRS
-    from teachspec.models import BUNDLED
+    from teachspec.models import BUNDLED, HUB_PAIRS
 
     if not isinstance(name, str) or name not in {*BUNDLED, *HUB_PAIRS}:
         return None
@@ -65,10 +64,9 @@ def _tokenizer(name: str):
     """The tokenizer of a pair named `name`, or in the folder or hub repository `name`."""
     from transformers import AutoTokenizer
 
-    from teachspec.models import BUNDLED
+    from teachspec.models import BUNDLED, HUB_PAIRS
     if name in BUNDLED:
         return AutoTokenizer.from_pretrained(BUNDLED[name])
-    from teachspec.course.pairs import HUB_PAIRS
     if name in HUB_PAIRS:
         return AutoTokenizer.from_pretrained(HUB_PAIRS[name][0])
     if Path(name).is_dir() or "/" in name:

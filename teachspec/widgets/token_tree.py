@@ -26,7 +26,7 @@ When the step ends, the guesses never tried (under a rejected node, or after an 
 The mask is the small grid beside the tree: a row per node (the queries of the pass), a column per key: the last
 `CONTEXT` committed tokens before the root, then the nodes. A cell is "1" where the row's node may attend: every
 context token, and its own ancestors, itself included. It is the tail of `kv.tree_mask(model, n_ctx, n_ctx - 1,
-parents, range(1, n))`, the root being the one committed token not cached yet (tests/test_widgets_token_tree.py
+parents, range(1, n))`, the root being the one committed token not cached yet (tests/widgets/test_widgets_token_tree.py
 compares the two). The committed tokens come from the log too: the prompt (RequestStart) and each step's
 Accept, Resample and Bonus tokens.
 

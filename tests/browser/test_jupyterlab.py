@@ -3,122 +3,22 @@
 The test starts its own JupyterLab on 127.0.0.1 (a free port, a random token, its own settings and runtime
 folders) in a temporary folder holding `live_views.ipynb`, opens it with Playwright driving the system's
 Chromium, runs every cell and watches the DOM. Screenshots go to $TEACHSPEC_SCREENSHOTS, or to pytest's
-temporary folder. It is skipped, with the reason, when Chromium or Playwright is missing.
+temporary folder (the `lab` and `shots` fixtures: tests/browser/conftest.py). It is skipped, with the reason, when
+Chromium or Playwright is missing.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import secrets
-import shutil
-import signal
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
-from pathlib import Path
 
-import nbformat
 import pytest
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run"]
-HERE = Path(__file__).parent
-ROOT = HERE.parents[1]
+from helpers.lab import CHROMIUM, FLAGS, run_all_cells
 
 pytestmark = [
     pytest.mark.browser,
     pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (apt-get install chromium)"),
 ]
-
-
-def write_notebook(path: Path, source: str) -> None:
-    """A one-cell notebook with a Python 3 kernel at `path`."""
-    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)])
-    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbformat.write(notebook, path)
-
-
-def run_all_cells(page, address: str) -> None:
-    """Open a notebook in JupyterLab at `address` and run all its cells once its kernel is up."""
-    page.goto(address)
-    page.wait_for_function("window.jupyterapp?.shell?.currentWidget?.sessionContext", timeout=120_000)
-    page.evaluate("""async () => {
-        const nb = window.jupyterapp.shell.currentWidget;
-        await nb.context.ready;
-        await nb.sessionContext.ready;
-        window.jupyterapp.commands.execute('notebook:run-all-cells');
-    }""")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def kernel_env() -> dict[str, str]:
-    """The environment for servers and kernels: teachspec imported from this checkout, whatever is installed."""
-    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    return {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}
-
-
-def wait_until_up(url: str, server: subprocess.Popen, log: Path) -> None:
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            urllib.request.urlopen(url, timeout=2)
-            return
-        except OSError:
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the server did not start: {log.read_text()[-2000:]}")
-            time.sleep(0.5)
-
-
-def stop(server: subprocess.Popen) -> None:
-    os.killpg(server.pid, signal.SIGTERM)  # the server and the kernels it started, nothing else
-    try:
-        server.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(server.pid, signal.SIGKILL)
-
-
-@pytest.fixture
-def lab(tmp_path):
-    """A JupyterLab server of our own: (base url, token); stopped with all its kernels afterwards."""
-    pytest.importorskip("jupyterlab", reason="JupyterLab is not installed (pip install jupyterlab)")
-    root = tmp_path / "lab"
-    root.mkdir()
-    shutil.copy(HERE / "live_views.ipynb", root)
-    settings = tmp_path / "settings"
-    for plugin, values in {"@jupyterlab/apputils-extension/notification": {"fetchNews": "false",
-                                                                         "checkForUpdates": False}}.items():
-        path = settings / f"{plugin}.jupyterlab-settings"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(values))
-    port, token = free_port(), secrets.token_hex(16)
-    env = {**kernel_env(), "JUPYTERLAB_SETTINGS_DIR": str(settings), "JUPYTER_RUNTIME_DIR": str(tmp_path / "run")}
-    server = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", "--ServerApp.ip=127.0.0.1",
-         f"--IdentityProvider.token={token}", "--LabApp.expose_app_in_browser=True",
-         f"--ServerApp.root_dir={root}", "--allow-root"],
-        env=env, stdout=subprocess.DEVNULL, stderr=open(tmp_path / "server.log", "w"), start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_until_up(f"{url}/api/status?token={token}", server, tmp_path / "server.log")
-        yield url, token
-    finally:
-        stop(server)
-
-
-@pytest.fixture
-def shots(tmp_path) -> Path:
-    folder = Path(os.environ.get("TEACHSPEC_SCREENSHOTS") or tmp_path / "screenshots")
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
 
 
 def test_views_render_live_replay_and_play_without_a_kernel(lab, shots):

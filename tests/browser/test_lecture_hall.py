@@ -25,46 +25,19 @@ import time
 import nbformat
 import pytest
 
-from test_jupyterlab import CHROMIUM, FLAGS, ROOT, lab, run_all_cells, shots  # noqa: F401 (fixtures)
-from test_offline import offline_page
+from helpers.lab import CHROMIUM, ROOT, SHOWN, SMALL_TEXT, VIEWPORT, inside, offline_page, open_lab, sync_api, write
 from teachspec.events import EventLog
 from teachspec.widgets import charts
 
-VIEWPORT = {"width": 1280, "height": 720}
 TRACES = ROOT / "notebooks" / "traces"
 LECTURE_7 = ROOT / "notebooks" / "07_both_together.ipynb"
-SHOWN = ".jp-NotebookPanel:not(.lm-mod-hidden)"  # the notebook on screen (a restored workspace may open others)
 
 pytestmark = [
     pytest.mark.browser,
     pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (apt-get install chromium)"),
 ]
 
-# -- measures, in the page ---------------------------------------------------------------------------------------
-
-# Every text drawn in `roots` under 14 px, as [tag, text, px]: HTML at its font size, SVG at its font size times
-# the drawing's scale. Tooltips (<title>) and a select's closed options are not drawn; the select itself is.
-SMALL_TEXT = """(roots) => {
-  const small = [];
-  const check = (el, text) => {
-    const r = el.getBoundingClientRect();
-    if (!r.width || !r.height) return;  // not drawn: display none, an empty state
-    const m = el instanceof SVGElement ? el.getScreenCTM() : null;
-    const scale = m ? Math.hypot(m.a, m.b) : 1;  // a turned axis title too
-    const px = parseFloat(getComputedStyle(el).fontSize) * scale;
-    if (px < 14 - 0.05) small.push([el.tagName, text.trim().slice(0, 40), Math.round(px * 100) / 100]);
-  };
-  for (const root of roots) {
-    const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
-    for (let t = walker.nextNode(); t; t = walker.nextNode()) {
-      if (t.textContent.trim() && !t.parentElement.closest('title, option, style, script')) {
-        check(t.parentElement, t.textContent);
-      }
-    }
-    for (const select of root.querySelectorAll('select')) check(select, select.value);
-  }
-  return small;
-}"""
+# -- measures, in the page (SMALL_TEXT and `inside` are in tests/helpers/lab.py) ----------------------------------
 
 # Step a tree view through all its frames with its slider; at each, the nodes its caption names and where they lie.
 TREE_FRAMES = """(view) => {
@@ -116,11 +89,6 @@ CHART_BOXES = """(svg) => {
 }"""
 
 
-def inside(a, b, slack: float = 1.0) -> bool:
-    """Box a (left, top, right, bottom) lies inside box b."""
-    return a[0] >= b[0] - slack and a[1] >= b[1] - slack and a[2] <= b[2] + slack and a[3] <= b[3] + slack
-
-
 def overlapping(boxes) -> list:
     """Pairs of labelled boxes [text, left, top, right, bottom] that overlap by more than a pixel each way."""
     found = []
@@ -138,29 +106,6 @@ def check_chart(page, svg) -> None:
     on_bars = [label[0] for label in found["labels"] for bar in found["bars"]
                if overlapping([label, ["bar", *bar]])]
     assert not on_bars, f"labels drawn on the bars: {on_bars}"
-
-
-def sync_api():
-    return pytest.importorskip("playwright.sync_api", reason="Playwright is not installed (pip install playwright)")
-
-
-def open_lab(p, url: str, token: str, name: str):
-    """A 1280 x 720 page of JupyterLab with `name` run in it, the file browser open; returns (browser, page,
-    errors)."""
-    browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
-    page = browser.new_page(viewport=VIEWPORT)
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    run_all_cells(page, f"{url}/lab/tree/{name}?reset&token={token}")  # reset: no restored workspace
-    page.locator("#jp-left-stack").wait_for()
-    assert page.locator("#jp-left-stack").bounding_box()["width"] > 200, "the file browser is not open"
-    return browser, page, errors
-
-
-def write(path, cells: list[str]) -> None:
-    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
-    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbformat.write(notebook, path)
 
 
 # -- lecture 5: a wide tree ----------------------------------------------------------------------------------------

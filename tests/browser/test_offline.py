@@ -1,8 +1,8 @@
 """A replay with no kernel, no server and no network: the exported page, and a notebook exported by nbconvert.
 
 Headless Chromium opens the files from file:// with every other request refused, so anything that reached for a
-CDN would show up here as a blocked request or a view that never draws. Screenshots go where
-test_jupyterlab.py's go.
+CDN would show up here as a blocked request or a view that never draws. Screenshots go where the other browser
+tests' go (the `shots` fixture, tests/browser/conftest.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import nbformat
 import pytest
 from transformers import AutoTokenizer
 
-from test_jupyterlab import CHROMIUM, FLAGS, ROOT, kernel_env, shots  # noqa: F401 (shots is a fixture)
+from helpers.lab import CHROMIUM, ROOT, kernel_env, offline_page, steps_through
 from teachspec.events import EventLog
 from teachspec.models import BUNDLED
 from teachspec.widgets import RadixTreeView, SpeculationView, export_html
@@ -25,52 +25,6 @@ pytestmark = [
     pytest.mark.browser,
     pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (apt-get install chromium)"),
 ]
-
-
-def offline_page(p, allow: str = "file://"):
-    """A Chromium page that reaches only URLs starting with `allow`; returns (browser, page, blocked, errors).
-
-    `blocked` lists each refused request as "<resource type> <url>"; `errors` the page's uncaught exceptions.
-    """
-    browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
-    page = browser.new_page(viewport={"width": 1200, "height": 900})
-    blocked: list[str] = []
-    errors: list[str] = []
-
-    def only_allowed(route):
-        if route.request.url.startswith(allow):
-            route.continue_()
-        else:
-            blocked.append(f"{route.request.resource_type} {route.request.url}")
-            route.abort()
-
-    page.route("**/*", only_allowed)
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    return browser, page, blocked, errors
-
-
-def steps_through(page, view) -> None:
-    """The player works: step forward and back, the slider, play and pause, each changing what is drawn."""
-    counter, slider = view.locator(".ts-counter"), view.locator(".ts-slider")
-    caption = view.locator(".ts-caption")
-    total = int(counter.inner_text().split("/")[1])
-    assert total > 5 and counter.inner_text() == f"{total} / {total}"  # opens on the newest frame
-    slider.fill("0")
-    first = caption.inner_text()
-    assert counter.inner_text() == f"1 / {total}"
-    view.locator(".ts-forward").click()
-    view.locator(".ts-forward").click()
-    assert counter.inner_text() == f"3 / {total}" and caption.inner_text() != first
-    view.locator(".ts-back").click()
-    assert counter.inner_text() == f"2 / {total}"
-    view.locator(".ts-speed").select_option("8")
-    view.locator(".ts-play").click()
-    page.wait_for_timeout(800)
-    view.locator(".ts-play").click()  # pause
-    paused = int(counter.inner_text().split("/")[0])
-    assert paused > 4, f"play did not advance: {counter.inner_text()}"
-    page.wait_for_timeout(400)
-    assert int(counter.inner_text().split("/")[0]) == paused
 
 
 def test_an_exported_replay_plays_from_a_file_with_the_network_refused(tmp_path, shots):

@@ -19,9 +19,7 @@ import time
 
 import pytest
 
-from test_jupyterlab import CHROMIUM  # noqa: F401
-from test_jupyterlab import lab, shots  # noqa: F401 (fixtures)
-from test_lecture_hall import SHOWN, SMALL_TEXT, inside, open_lab, sync_api, write
+from helpers.lab import CHROMIUM, SHOWN, SMALL_TEXT, inside, open_lab, sync_api, write
 
 pytestmark = [
     pytest.mark.browser,
@@ -166,7 +164,7 @@ def test_a_committed_lecture_shows_its_evidence_and_hides_its_answers_before_it_
     import json
     import shutil
 
-    from test_lecture_hall import ROOT
+    from helpers.lab import ROOT
 
     lectures = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
@@ -180,8 +178,7 @@ def test_a_committed_lecture_shows_its_evidence_and_hides_its_answers_before_it_
     shutil.copy(lecture, tmp_path / "lab" / "lecture.ipynb")
     url, token = lab
     with sync_api().sync_playwright() as p:
-        from test_jupyterlab import FLAGS
-        from test_lecture_hall import VIEWPORT
+        from helpers.lab import FLAGS, VIEWPORT
 
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
         page = browser.new_page(viewport=VIEWPORT)

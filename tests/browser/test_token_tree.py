@@ -18,9 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from test_jupyterlab import CHROMIUM, FLAGS, run_all_cells, write_notebook, lab, shots  # noqa: F401 (lab and shots are fixtures)
-from test_lecture_hall import SMALL_TEXT
-from test_offline import offline_page
+from helpers.lab import CHROMIUM, FLAGS, SMALL_TEXT, offline_page, run_all_cells, write_notebook
 from teachspec.engine import Engine
 from teachspec.events import Accept, EventLog, Reject, TreeDraft
 from teachspec.models import load_pair

@@ -25,12 +25,11 @@ from pathlib import Path
 
 import pytest
 
-from test_jupyterlab import CHROMIUM, FLAGS, run_all_cells, write_notebook, HERE, ROOT, lab  # noqa: F401 (lab is a fixture)
-from test_offline import offline_page
+from helpers.lab import CHROMIUM, FLAGS, ROOT, offline_page, run_all_cells, write_notebook
 from teachspec.widgets.export import export_html
 
 TRACE = ROOT / "notebooks" / "traces" / "together.jsonl"
-REFERENCE = HERE / "reference"
+REFERENCE = Path(__file__).parent / "reference"
 VIEWPORT = {"width": 1280, "height": 720}
 DRIFT = 0.05  # share of the coarse grid's cells whose colour changed, above which a view has drifted
 

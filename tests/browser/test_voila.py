@@ -15,8 +15,7 @@ import sys
 import nbformat
 import pytest
 
-from test_jupyterlab import CHROMIUM, ROOT, free_port, kernel_env, shots, stop, wait_until_up  # noqa: F401
-from test_offline import offline_page, steps_through
+from helpers.lab import CHROMIUM, ROOT, free_port, kernel_env, offline_page, steps_through, stop, wait_until_up
 
 pytestmark = [
     pytest.mark.browser,
