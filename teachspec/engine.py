@@ -115,6 +115,7 @@ class Engine:
         self.prefix = PrefixCache(self.pair, cache_tokens, self.events, cache_policy) if cache_tokens else None
         self.requests = 0
         self.adaptive: dict[tuple, Adaptive | AdaptiveTree] = {}  # one per drafter, sampling setting, chain or tree
+        self.learnt: dict = {}  # what drafters carry from request to request (the suffix drafter's earlier outputs)
 
     # -- one step ------------------------------------------------------------------------------------------------
 
@@ -344,15 +345,15 @@ class Engine:
                  top_k: int | None = None, top_p: float | None = None, speculate: str | None = "model", k=2,
                  seed: int | None = None, ngram: int = 3, stop: str | list[str] | None = None,
                  tree: tuple[int, ...] | str | None = None) -> Generation:
-        """Continue `prompt`: text (encoded with the tokenizer's special tokens, as transformers' `generate` would
-        see it), or token ids (a list or a 1-D tensor). `speculate`: "model" (the draft LM), "eagle" (the EAGLE
-        head over the target's features), "ngram" (prompt lookup), "oracle" (the target drafts for itself),
-        "adversary" (deliberately bad guesses) or None (plain decoding). `k`: an int >= 0, or "adaptive", "heuristic", "confidence", or a policy object. Generation
-        stops after an eos id of the pair (`pair.eos_token_id`: one id or a list) or a token that completes a
-        `stop` string, as transformers' `generate(..., stop_strings=...)` does. `tree`: guess a tree instead of a
-        chain, at most tree[d] children per node at depth d (the draft model's likeliest or sampled tokens, or
-        several earlier matches for prompt lookup), checked in one target pass. Every argument is checked before
-        anything runs."""
+        """Continue `prompt`: text (encoded with the tokenizer's special tokens, as transformers' `generate` would see
+        it), or token ids (a list or a 1-D tensor). `speculate`: "model" (the draft LM), "eagle" (the EAGLE head over
+        the target's features), "ngram" (prompt lookup), "suffix" (what followed the same words before, in this request
+        and earlier ones), "oracle" (the target drafts for itself), "adversary" (deliberately bad guesses) or None
+        (plain decoding). `k`: an int >= 0, or "adaptive", "heuristic", "confidence", or a policy object. Generation
+        stops after an eos id of the pair (`pair.eos_token_id`: one id or a list) or a token that completes a `stop`
+        string, as transformers' `generate(..., stop_strings=...)` does. `tree`: guess a tree instead of a chain, at
+        most tree[d] children per node at depth d (the draft model's likeliest or sampled tokens, or several earlier
+        matches for prompt lookup), checked in one target pass. Every argument is checked before anything runs."""
         params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p)
         max_new_tokens = check_int("max_new_tokens", max_new_tokens, 0)
         rule = StopRule(self.pair.eos, stop_strings(stop), self.pair.decode)
@@ -444,4 +445,4 @@ class Engine:
     def drafter(self, speculate, ngram: int = 3) -> Drafter | None:
         """A fresh drafter for `speculate` (None: plain decoding), or a ValueError naming the choices
         (teachspec/speculate.py, the registry of drafters)."""
-        return make_drafter(speculate, self.pair, ngram)
+        return make_drafter(speculate, self.pair, ngram, self.learnt)

@@ -21,7 +21,7 @@ Request lifecycle
 Speculation (one *step* = one draft of k tokens followed by one target pass over k + 1 positions)
     Draft     step, position (index in the sequence of the first drafted token), tokens (the k drafted ids),
               q (the draft's probability of each drafted token; 1.0 for drafters without a distribution),
-              drafter ("model" | "eagle" | "ngram" | "oracle" | "adversary"), ms (wall time of the draft passes)
+              drafter (a `speculate=` name, teachspec/speculate.py), ms (wall time of the draft passes)
     Verify    step, position, n (positions the target scored, k + 1), ms (wall time of the target pass)
     Accept    step, position, i (index in the draft), token, p, q, u (the uniform draw), top_p, top_q
     Reject    step, position, i, token, p, q, u, top_p, top_q

@@ -4,8 +4,10 @@ A drafter proposes the guesses a step verifies (teachspec/speculative/drafters.p
 the package needs to know about one is here, once, and the engine, the command line, programs, the serving
 launcher and the k policies all read it:
 
-    make         a fresh drafter for a pair: `make(pair, ngram)`, imported when first made, so that reading the
-                 registry (the command line does, to list the choices) costs no torch import
+    make         a fresh drafter for a pair: `make(pair, ngram, learnt)`, imported when first made, so that reading
+                 the registry (the command line does, to list the choices) costs no torch import; `learnt` is a
+                 dict the engine keeps across requests, for what a drafter learns from one request for the next
+                 (the suffix drafter's tree of earlier outputs)
     trees        it can propose several branches per position, so `tree=` shapes work with it
     dynamic      it ranks its own probabilities, so it can grow EAGLE-2's dynamic tree (`tree="dynamic"`)
     needs        what the pair must hold besides the target: "draft" (a draft model), "eagle" (an EAGLE head) or
@@ -29,13 +31,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-TREE_NAMES = ("adaptive", "dynamic")  # tree= besides a shape: learnt shapes, EAGLE-2's tree (speculative/tree_policy.py)
+TREE_NAMES = ("adaptive", "dynamic")  # tree= besides a shape: learnt shapes, EAGLE-2's tree (tree_policy.py)
 
 
 @dataclass(frozen=True, slots=True)
 class DrafterSpec:
     name: str
-    make: Callable[[Any, int], Any]  # (pair, ngram) -> a Drafter
+    make: Callable[[Any, int, dict], Any]  # (pair, ngram, learnt) -> a Drafter
     trees: bool = False
     dynamic: bool = False
     needs: str | None = None
@@ -43,30 +45,42 @@ class DrafterSpec:
     served: bool = False
 
 
-def _model(pair, ngram: int):
+def _model(pair, ngram: int, learnt: dict):
     from teachspec.speculative.drafters import ModelDrafter
     return ModelDrafter(pair.draft, pair.vocab_size)
 
 
-def _eagle(pair, ngram: int):
+def _eagle(pair, ngram: int, learnt: dict):
     from teachspec.speculative.eagle import EagleDrafter
     return EagleDrafter(pair.eagle, pair.target, pair.vocab_size)
 
 
-def _ngram(pair, ngram: int):
+def _ngram(pair, ngram: int, learnt: dict):
     from teachspec.validate import check_int
     from teachspec.speculative.drafters import NgramDrafter
     return NgramDrafter(n_max=check_int("ngram", ngram, 1))
 
 
-def _oracle(pair, ngram: int):
+def _oracle(pair, ngram: int, learnt: dict):
     from teachspec.speculative.drafters import OracleDrafter
     return OracleDrafter(pair.target, pair.vocab_size)
 
 
-def _adversary(pair, ngram: int):
+def _adversary(pair, ngram: int, learnt: dict):
     from teachspec.speculative.drafters import AdversarialDrafter
     return AdversarialDrafter(pair.draft, pair.vocab_size)
+
+
+def _suffix(pair, ngram: int, learnt: dict):
+    from teachspec.speculative.suffix import SuffixCache, SuffixDrafter
+    return SuffixDrafter(learnt.setdefault("suffix", SuffixCache()))
+
+
+def _hybrid(pair, ngram: int, learnt: dict):
+    from teachspec.speculative.drafters import ModelDrafter
+    from teachspec.speculative.suffix import HybridDrafter, SuffixCache, SuffixDrafter
+    return HybridDrafter(SuffixDrafter(learnt.setdefault("suffix", SuffixCache())),
+                         ModelDrafter(pair.draft, pair.vocab_size))
 
 
 DRAFTERS: dict[str, DrafterSpec] = {spec.name: spec for spec in (
@@ -75,6 +89,8 @@ DRAFTERS: dict[str, DrafterSpec] = {spec.name: spec for spec in (
     DrafterSpec("ngram", _ngram, trees=True, start_k=8, served=True),
     DrafterSpec("oracle", _oracle, trees=True, dynamic=True, start_k=8),
     DrafterSpec("adversary", _adversary, needs="draft"),
+    DrafterSpec("suffix", _suffix, trees=True, start_k=8),  # start_k as prompt lookup's, until the bench says
+    DrafterSpec("hybrid", _hybrid, trees=True, needs="draft", start_k=3),  # as the draft model's, until then
 )}
 
 SERVED = tuple(name for name, d in DRAFTERS.items() if d.served)
@@ -97,16 +113,16 @@ def spec(speculate: str | None) -> DrafterSpec | None:
     return DRAFTERS[speculate]
 
 
-def make(speculate: str | None, pair, ngram: int = 3):
+def make(speculate: str | None, pair, ngram: int = 3, learnt: dict | None = None):
     """A fresh drafter for `speculate` on `pair` (None for plain decoding), refused when the pair lacks what it
-    needs."""
+    needs; `learnt` is what the engine keeps for drafters across requests (a new dict: nothing carried over)."""
     drafter = spec(speculate)
     if drafter is None:
         return None
     lacks = {"draft": pair.draft is None, "eagle": getattr(pair, "eagle", None) is None}.get(drafter.needs, False)
     if lacks:
         raise ValueError(f"speculate={speculate!r} needs {NEEDS[drafter.needs]}")
-    return drafter.make(pair, ngram)
+    return drafter.make(pair, ngram, {} if learnt is None else learnt)
 
 
 def start_k(speculate: str | None) -> int:

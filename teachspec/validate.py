@@ -22,6 +22,15 @@ def plain_token_ids(seq) -> bool:
     return set(map(type, seq)) <= {int} and (not len(seq) or min(seq) >= 0)
 
 
+def check_token_ids(name: str, seq) -> list[int]:
+    """A list or tuple of token ids, each an int >= 0, as a list; the first bad item is named in the error."""
+    if not isinstance(seq, (list, tuple)):
+        raise TypeError(f"{name} must be a list of token ids, got {type(seq).__name__}")
+    if plain_token_ids(seq):
+        return list(seq)
+    return [check_int(f"{name}[{i}]", t, 0) for i, t in enumerate(seq)]
+
+
 def check_seed(seed) -> int:
     """A seed for a torch.Generator: an int in [0, 2**63), or None for a fresh one. A fresh seed never touches torch's
     global generator, so a student's `torch.manual_seed(0)` keeps giving the same numbers around engine calls."""

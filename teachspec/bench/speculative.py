@@ -275,9 +275,9 @@ def bench(pair: Pair, docs: list[list[int]], copy: list[list[int]], n: int = 96,
     watch = Watch()
     for name, prompts, params, methods in workloads:
         rows = run_workload(fixed, prompts, n, params, methods, seed, bar)
-        table = summarise(rows)
-        result["workloads"][name] = {"rows": table, "greedy_outputs_identical": identical(rows)
-                                     if params.greedy else None, "noise": noise(table)}
+        summary = summarise(rows)
+        result["workloads"][name] = {"rows": summary, "greedy_outputs_identical": identical(rows)
+                                     if params.greedy else None, "noise": noise(summary)}
     result["machine"] = watch.stop().as_dict()
     bar.close()
     return result

@@ -242,7 +242,7 @@ def readable() -> list[str]:
 
 # -- values across ---------------------------------------------------------------------------------------------
 
-def encode(v):
+def to_wire(v):
     if v is None or isinstance(v, (bool, int, float, str)):
         return v
     if isinstance(v, torch.Tensor):
@@ -252,24 +252,24 @@ def encode(v):
     if isinstance(v, Remote):
         return {"ref": v._target["ref"]}
     if isinstance(v, list):
-        return [encode(x) for x in v]
+        return [to_wire(x) for x in v]
     if isinstance(v, tuple):
-        return {"t": [encode(x) for x in v]}
+        return {"t": [to_wire(x) for x in v]}
     if isinstance(v, dict):
-        return {"d": [[encode(k), encode(x)] for k, x in v.items()]}
+        return {"d": [[to_wire(k), to_wire(x)] for k, x in v.items()]}
     if isinstance(v, range):
-        return [encode(x) for x in v]
+        return [to_wire(x) for x in v]
     raise TypeError(f"the grader cannot send a {type(v).__name__} to graded code")
 
 
-def decode(box: Sandbox, v):
+def from_wire(box: Sandbox, v):
     if isinstance(v, list):
-        return [decode(box, x) for x in v]
+        return [from_wire(box, x) for x in v]
     if isinstance(v, dict):
         if "t" in v:
-            return tuple(decode(box, x) for x in v["t"])
+            return tuple(from_wire(box, x) for x in v["t"])
         if "d" in v:
-            return {decode(box, k): decode(box, x) for k, x in v["d"]}
+            return {from_wire(box, k): from_wire(box, x) for k, x in v["d"]}
         if "tensor" in v:
             try:
                 return torch.tensor(v["tensor"], dtype=getattr(torch, v["dtype"]))
@@ -284,7 +284,7 @@ def value(box: Sandbox, reply: dict):
     try:
         if "error" in reply:
             raise Raised([str(k) for k in reply["error"]] or ["Exception"], str(reply.get("message", "")))
-        return decode(box, reply.get("value"))
+        return from_wire(box, reply.get("value"))
     except (TypeError, KeyError, ValueError, RecursionError) as e:  # not what the child itself sends
         box.close_child()
         raise Died(f"it sent back something that is not an answer ({type(e).__name__})", box.tail()) from None
@@ -297,7 +297,7 @@ class Remote:
         self._box, self._target, self._type = box, target, type_name
 
     def __call__(self, *args):
-        reply = self._box.request({"op": "call", "target": self._target, "args": encode(list(args))})
+        reply = self._box.request({"op": "call", "target": self._target, "args": to_wire(list(args))})
         for given, after in zip(args, reply.get("args_after") or ()):
             if isinstance(given, torch.Tensor) and after is not None:  # changed in place over there: here too
                 changed = value(self._box, {"value": after})
@@ -308,7 +308,7 @@ class Remote:
     def many(self, calls: list[tuple]) -> list:
         """The same function on many arguments, one message there and the answers as they come: the statistical
         parts call a function thousands of times."""
-        self._box._send({"op": "many", "target": self._target, "calls": [encode(list(a)) for a in calls]})
+        self._box._send({"op": "many", "target": self._target, "calls": [to_wire(list(a)) for a in calls]})
         out, failed = [], None
         for i in range(len(calls)):
             try:

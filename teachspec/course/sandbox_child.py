@@ -233,14 +233,14 @@ class Unbound:
 def serve(replies, home: dict, torch) -> None:
     objects: dict[int, object] = {}
 
-    def decode(v):
+    def from_wire(v):
         if isinstance(v, list):
-            return [decode(x) for x in v]
+            return [from_wire(x) for x in v]
         if isinstance(v, dict):
             if "t" in v:
-                return tuple(decode(x) for x in v["t"])
+                return tuple(from_wire(x) for x in v["t"])
             if "d" in v:
-                return {decode(k): decode(x) for k, x in v["d"]}
+                return {from_wire(k): from_wire(x) for k, x in v["d"]}
             if "tensor" in v:
                 return torch.tensor(v["tensor"], dtype=getattr(torch, v["dtype"]))
             if "generator" in v:
@@ -249,7 +249,7 @@ def serve(replies, home: dict, torch) -> None:
                 return objects[v["ref"]]
         return v
 
-    def encode(v, depth: int = 0):
+    def to_wire(v, depth: int = 0):
         if depth > 50:
             raise ValueError("the answer is nested more than 50 deep")
         if v is None or isinstance(v, (bool, int, float, str)):
@@ -258,13 +258,13 @@ def serve(replies, home: dict, torch) -> None:
             v = v.detach().cpu()
             return {"tensor": v.tolist(), "dtype": str(v.dtype).removeprefix("torch.")}
         if type(v) is list:
-            return [encode(x, depth + 1) for x in v]
+            return [to_wire(x, depth + 1) for x in v]
         if type(v) is tuple:
-            return {"t": [encode(x, depth + 1) for x in v]}
+            return {"t": [to_wire(x, depth + 1) for x in v]}
         if type(v) is dict:
-            return {"d": [[encode(k, depth + 1), encode(x, depth + 1)] for k, x in v.items()]}
+            return {"d": [[to_wire(k, depth + 1), to_wire(x, depth + 1)] for k, x in v.items()]}
         if type(v).__module__ == "numpy" and hasattr(v, "tolist"):
-            return encode(v.tolist(), depth + 1)
+            return to_wire(v.tolist(), depth + 1)
         objects[id(v)] = v
         return {"ref": id(v), "type": type(v).__name__, "callable": callable(v)}
 
@@ -273,7 +273,7 @@ def serve(replies, home: dict, torch) -> None:
 
     def answer(fn) -> dict:
         try:
-            return {"value": encode(fn())}
+            return {"value": to_wire(fn())}
         except BaseException as e:  # noqa: BLE001 -- SystemExit and KeyboardInterrupt are a verdict too
             kinds = [c.__name__ for c in type(e).__mro__]
             return {"error": kinds, "message": str(e)[:2000]}
@@ -282,16 +282,16 @@ def serve(replies, home: dict, torch) -> None:
         request = json.loads(line)
         op = request["op"]
         if op == "call":
-            args = decode(request["args"])
+            args = from_wire(request["args"])
             reply = answer(lambda: target(request["target"])(*args))
             tensors = [a for a in args if isinstance(a, torch.Tensor)]
-            reply["args_after"] = [encode(a) if isinstance(a, torch.Tensor) else None for a in args] if tensors \
+            reply["args_after"] = [to_wire(a) if isinstance(a, torch.Tensor) else None for a in args] if tensors \
                 else None
             send(replies, reply)
         elif op == "many":
             fn = target(request["target"])
             for call in request["calls"]:
-                args = decode(call)
+                args = from_wire(call)
                 send(replies, answer(lambda: fn(*args)))
         elif op == "getattr":
             send(replies, answer(lambda: getattr(target(request["target"]), request["name"])))

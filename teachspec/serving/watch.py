@@ -73,7 +73,7 @@ class EventStreamError(ServerError):
     """A message on the KV-event socket that is not a KV event batch."""
 
 
-def decode(frames: list[bytes], source: str = SOCKET) -> tuple[int, list[tuple[str, dict]]]:
+def unpack_batch(frames: list[bytes], source: str = SOCKET) -> tuple[int, list[tuple[str, dict]]]:
     """One ZMQ message from vLLM's publisher: (sequence number, [(event type, its fields), ...]), every field
     checked; an EventStreamError says what `source` sent that is not a KV event batch, quoting its start."""
     import msgpack
@@ -279,7 +279,7 @@ class Watcher:
 
     def _receive(self, frames: list[bytes]) -> None:
         """A batch from the live socket: after a jump in the numbers, first the batches in between."""
-        seq, events = decode(frames, f"{SOCKET} {self.endpoint}")
+        seq, events = unpack_batch(frames, f"{SOCKET} {self.endpoint}")
         self._check_number(seq)
         expected = 0 if self._last_seq is None else self._last_seq + 1
         if seq > expected and self._replay is not None:
@@ -296,7 +296,7 @@ class Watcher:
             frames = self._replay.recv_multipart()[1:]  # after the empty delimiter: topic, sequence, payload
             if len(frames) == 3 and frames[1] == (-1).to_bytes(8, "big", signed=True):
                 return
-            self._apply(*decode(frames, f"the replay socket {self.replay_endpoint}"))
+            self._apply(*unpack_batch(frames, f"the replay socket {self.replay_endpoint}"))
         raise EventStreamError(f"the replay socket {self.replay_endpoint} sent more than {MAX_JUMP:,} batches for "
                                f"one request without its end mark (-1)")
 

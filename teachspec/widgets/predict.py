@@ -12,7 +12,7 @@ that commits the answer; once committed, the choice is locked, so it cannot drif
     guess.reveal(measured)                                                      "you said 2.5; it was 3.1"
 
 A lecture asks without telling: the cell's source holds the question and its choices, and the answer and its
-explanation are kept under `key` in the course's answers (teachspec/course/answers.py), read when the Predict is
+explanation are kept under `key` in the course's answers (teachspec/widgets/answers.py), read when the Predict is
 built. They stay in Python: nothing of them is sent to the browser before the student commits or presses "Show me"
 (which gives up the prediction), so neither the page's source nor the notebook's file gives them away. `reveal`
 shows the verdict folded, in a closed `<details>`, open only once the student has committed or asked: a notebook
@@ -31,6 +31,8 @@ from __future__ import annotations
 import html
 import numbers
 from dataclasses import dataclass, field
+
+from teachspec.widgets.answers import lookup
 
 FOLDED = "teachspec-answer"  # the class of a verdict's <details>: pin.py collapses the output of a cell holding one
 
@@ -83,8 +85,6 @@ class Predict:
             if self.answer is not None or self.explain:
                 raise ValueError(f"give the answer by key={self.key!r} or as answer= and explain=, not both: a "
                                  f"lecture keeps its answers out of its source")
-            from teachspec.course.answers import lookup  # here: the widget does not need the course otherwise
-
             kept = lookup(self.key)
             self.answer, self.explain = kept.answer, kept.explain
         if not isinstance(self.question, str) or not self.question.strip():

@@ -1,7 +1,7 @@
 """The lectures' shape as teaching material: each fits the hour, and asks the student to predict before it tells.
 
 A prediction counts when a code cell builds a `Predict` whose answer the course keeps apart, under its `key`
-(teachspec/course/answers.py), and the answer is known up front or revealed by a later cell. The source a student
+(teachspec/widgets/answers.py), and the answer is known up front or revealed by a later cell. The source a student
 reads holds the question and its choices only: no answer, no explanation."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from teachspec.course.answers import everything
+from teachspec.widgets.answers import everything
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 LECTURES = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
@@ -87,7 +87,7 @@ def test_every_kept_answer_belongs_to_one_question():
 
 def test_the_checks_can_fail():
     """The checks above refuse a lecture that is too long, never asks, or tells."""
-    from teachspec.course.answers import Answer
+    from teachspec.widgets.answers import Answer
 
     new = nbformat.v4
     nb = new.new_notebook(cells=[new.new_code_cell("x = 1") for _ in range(MOST_CODE_CELLS + 1)])

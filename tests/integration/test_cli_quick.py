@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from teachspec.cli import main, parser
+from teachspec.speculate import DRAFTERS
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
 
@@ -96,7 +97,7 @@ BAD = [
     (("bench", "mechanics", "--hidden", "100"), "must be a multiple of 64 (the head size), got 100", False),
     (("bench", "radix", "--cache-tokens", "-5"), "argument --cache-tokens: must be >= 0, got -5", False),
     (("bench", "radix", "--nope"), "unrecognized arguments: --nope", False),
-    (("bench", "program", "--speculate", "maybe"), "'maybe' is not one of model, eagle, ngram, oracle, adversary, none", False),
+    (("bench", "program", "--speculate", "maybe"), f"'maybe' is not one of {', '.join(DRAFTERS)}, none", False),
     (("bench", "widgets", "--repeats", "0"), "argument --repeats: must be >= 1, got 0", False),
     (("bench", "contention", "--busy", "-1"), "argument --busy: must be >= 0, got -1", False),
     (("bench", "serving", "--concurrency", "0"), "argument --concurrency: must be >= 1, got 0", False),

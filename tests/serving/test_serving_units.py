@@ -16,7 +16,7 @@ import zmq
 
 from teachspec.events import Counters, EventLog, Evict, Insert
 from teachspec.serving import BlockTree, EventStreamError, MetricsError, ServerError, Watcher, metrics
-from teachspec.serving.watch import decode
+from teachspec.serving.watch import unpack_batch
 from teachspec.stats import Stats
 from teachspec.widgets import RadixTreeView
 
@@ -81,7 +81,7 @@ def frames(seq: int, events: list) -> list[bytes]:
 def test_decode_reads_tagged_maps_and_the_older_arrays():
     stored = {"type": "BlockStored", "block_hashes": [b"\x01" * 32], "parent_block_hash": None,
               "token_ids": [1, 2, 3, 4], "block_size": 4, "lora_id": None, "medium": "GPU"}
-    seq, events = decode(frames(5, [stored, {"type": "BlockRemoved", "block_hashes": [3], "medium": None},
+    seq, events = unpack_batch(frames(5, [stored, {"type": "BlockRemoved", "block_hashes": [3], "medium": None},
                                     ["AllBlocksCleared"], ["BlockRemoved", [4], None]]))
     assert seq == 5
     assert [k for k, _ in events] == ["BlockStored", "BlockRemoved", "AllBlocksCleared", "BlockRemoved"]
@@ -97,7 +97,7 @@ def test_decode_reads_tagged_maps_and_the_older_arrays():
 ])
 def test_garbage_is_an_event_stream_error(bad):
     with pytest.raises(EventStreamError, match="KV-event socket|batch 0"):
-        decode(bad)
+        unpack_batch(bad)
 
 
 METRICS = """# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.

@@ -197,7 +197,7 @@ def test_show_me_gives_up_the_prediction_for_the_answer():
 
 
 def test_a_key_reads_the_answer_the_course_keeps_apart(tmp_path, monkeypatch):
-    from teachspec.course import answers
+    from teachspec.widgets import answers
 
     (tmp_path / "04.json").write_text(json.dumps({"04-best-k": {"answer": "8", "explain": "the marginal rate"},
                                                   "04-measured": {"explain": "Eq. 1"}}))
@@ -226,7 +226,7 @@ def test_a_key_reads_the_answer_the_course_keeps_apart(tmp_path, monkeypatch):
 
 
 def test_the_course_keeps_a_well_formed_answer_for_each_key():
-    from teachspec.course.answers import everything
+    from teachspec.widgets.answers import everything
 
     assert everything(), "teachspec/course/answers/ holds no answers"
 

@@ -1,4 +1,5 @@
-"""The answers to the lectures' predictions, kept apart from the lectures so that reading one does not give them away.
+"""The answer book of `Predict`: the answers to the lectures' predictions, kept apart from the lectures so that
+reading one does not give them away.
 
 A lecture's `Predict` cell holds its question and its choices only, and names its answer by a key:
 
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-FOLDER = Path(__file__).with_name("answers")
+FOLDER = Path(__file__).parents[1] / "course" / "answers"  # the course's data: one JSON file per lecture
 
 
 @dataclass(frozen=True)
