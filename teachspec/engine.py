@@ -28,7 +28,6 @@ import torch
 from teachspec import kv
 from teachspec.decode import Generation
 from teachspec.device import available_bytes, synchronize
-from teachspec.validate import check_context, check_int, check_prompt, check_seed
 from teachspec.events import Accept, Bonus, Draft, EventLog, Finish, Prefill, Reject, RequestStart, Resample, \
     TreeDraft, Verify
 from teachspec.models.pair import Pair, load_pair
@@ -44,6 +43,7 @@ from teachspec.speculative.tree_policy import AdaptiveTree, make_tree_policy
 from teachspec.speculative.verify import Verdict, at, verify
 from teachspec.stopping import StopRule, stop_strings
 from teachspec.threads import follow
+from teachspec.validate import check_context, check_int, check_prompt, check_seed
 
 MAX_TREE_NODES = 1024  # guesses in one static tree: EAGLE's and Medusa's use about 60, a GPU pass stays cheap to 256
 
@@ -368,7 +368,7 @@ class Engine:
         start = start_k(how.speculate)
         tree = make_tree_policy(how.tree, lambda: self.adaptive.setdefault(("tree", speculate, params),
                                                                            AdaptiveTree.cold(start)))
-        if how.learnt:
+        if how.adaptive_k:
             policy = self.adaptive.setdefault((speculate, params), Adaptive.cold(start))
         else:
             policy = make_policy(how.k if drafter is not None else 0)

@@ -56,9 +56,8 @@ def _eagle(pair, ngram: int, learnt: dict):
 
 
 def _ngram(pair, ngram: int, learnt: dict):
-    from teachspec.validate import check_int
     from teachspec.speculative.drafters import NgramDrafter
-    return NgramDrafter(n_max=check_int("ngram", ngram, 1))
+    return NgramDrafter(n_max=ngram)
 
 
 def _oracle(pair, ngram: int, learnt: dict):
@@ -179,6 +178,6 @@ class Speculation:
         return spec(self.speculate)
 
     @property
-    def learnt(self) -> bool:
+    def adaptive_k(self) -> bool:
         """k is learnt from what the steps measure (an Adaptive policy the engine keeps across requests)."""
         return self.k == "adaptive" and self.speculate is not None

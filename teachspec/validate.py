@@ -52,10 +52,8 @@ def check_prompt(prompt, encode) -> list[int]:
         prompt = prompt.tolist()
     if isinstance(prompt, str):
         ids = encode(prompt)
-    elif isinstance(prompt, (list, tuple)) and plain_token_ids(prompt):
-        ids = list(prompt)
     elif isinstance(prompt, (list, tuple)):
-        ids = [check_int(f"prompt[{i}]", t, 0) for i, t in enumerate(prompt)]
+        ids = check_token_ids("prompt", prompt)
     else:
         raise TypeError(f"prompt must be a string, a list of token ids or a 1-D tensor of them, got "
                         f"{type(prompt).__name__}")

@@ -105,15 +105,17 @@ class SuffixDrafter:
 
     def propose(self, ids: list[int], k: int, params=None, generator=None, stop_below: float | None = None) -> Proposal:
         t0 = time.perf_counter()
-        guess = self._guess(ids, (1,) * k)
+        guess = self.guess(ids, (1,) * k)
         return Proposal(list(guess.tokens[1:]), None, 0, time.perf_counter() - t0)
 
     def propose_tree(self, ids: list[int], shape: tuple[int, ...], params=None, generator=None) -> TreeProposal:
         t0 = time.perf_counter()
-        guess = self._guess(ids, tuple(shape))
+        guess = self.guess(ids, tuple(shape))
         return TreeProposal(TokenTree(guess.parents, guess.tokens), None, 0, time.perf_counter() - t0)
 
-    def _guess(self, ids: list[int], shape: tuple[int, ...]) -> Guess:
+    def guess(self, ids: list[int], shape: tuple[int, ...]) -> Guess:
+        """The better of the two trees' guesses after `ids` (see the module docstring), the trees first brought up
+        to date with `ids`."""
         self._see(ids)
         guesses = [tree.guess(ids, shape, min_prob=self.min_prob, factor=self.factor)
                    for tree in (self.own, self.cache.tree)]
@@ -163,7 +165,7 @@ class HybridDrafter:
 
     def propose(self, ids: list[int], k: int, params, generator, stop_below: float | None = None) -> Proposal:
         t0 = time.perf_counter()
-        guess = self.suffix._guess(ids, (1,) * k)
+        guess = self.suffix.guess(ids, (1,) * k)
         if sum(guess.prob[1:]) >= self.threshold:
             self.last = "suffix"
             return Proposal(list(guess.tokens[1:]), None, 0, time.perf_counter() - t0)
@@ -172,7 +174,7 @@ class HybridDrafter:
 
     def propose_tree(self, ids: list[int], shape: tuple[int, ...], params, generator) -> TreeProposal:
         t0 = time.perf_counter()
-        guess = self.suffix._guess(ids, tuple(shape))
+        guess = self.suffix.guess(ids, tuple(shape))
         if sum(guess.prob[1:]) >= self.threshold:
             self.last = "suffix"
             return TreeProposal(TokenTree(guess.parents, guess.tokens), None, 0, time.perf_counter() - t0)

@@ -75,11 +75,12 @@ class SuffixTree:
         self._ids = itertools.count(1)
         self.root = SuffixNode(0)
         self.sequences: dict[object, list[int]] = {}      # id -> its tokens, as added
-        self._ends: dict[object, list[SuffixNode]] = {}         # id -> nodes of its suffixes ending at its last token
+        self._ends: dict[object, list[SuffixNode]] = {}   # id -> nodes of its suffixes ending at its last token
+        self._tokens = 0                                  # tokens held, summed over the sequences
 
     def __len__(self) -> int:
         """Tokens held, summed over the sequences."""
-        return sum(len(s) for s in self.sequences.values())
+        return self._tokens
 
     def __contains__(self, seq_id: object) -> bool:
         return seq_id in self.sequences
@@ -110,6 +111,7 @@ class SuffixTree:
                 n.count += 1
         self._ends[seq_id] = ends
         self.sequences[seq_id].extend(tokens)
+        self._tokens += len(tokens)
 
     def _child(self, node: SuffixNode, token: int) -> SuffixNode:
         child = node.children.get(token)
@@ -126,6 +128,7 @@ class SuffixTree:
             raise KeyError(f"no sequence {seq_id!r} in the tree")
         tokens = self.sequences.pop(seq_id)
         del self._ends[seq_id]
+        self._tokens -= len(tokens)
         for i in range(len(tokens)):
             self._uncount(self.root, tokens[i:i + self.depth])
         return tokens

@@ -66,8 +66,8 @@ def test_a_program_refuses_with_the_same_words(tiny_engine):
 def test_good_values_are_kept_and_a_listed_shape_becomes_a_tuple():
     assert Speculation().speculate == "model" and Speculation().k == 2 and Speculation().tree is None
     assert Speculation("model", 3, [3, 2, 1]).tree == (3, 2, 1)
-    assert Speculation("eagle", "adaptive", "dynamic").learnt
-    assert not Speculation(None, "adaptive").learnt  # plain decoding learns no k
+    assert Speculation("eagle", "adaptive", "dynamic").adaptive_k
+    assert not Speculation(None, "adaptive").adaptive_k  # plain decoding learns no k
     assert Speculation("ngram", Constant(4), ngram=5).ngram == 5
     assert Speculation("model", Adaptive()).drafter is DRAFTERS["model"]
     assert Speculation(None).drafter is None
