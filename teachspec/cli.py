@@ -3,9 +3,11 @@
     teachspec demo                                   # speculative decoding live in the terminal, then the stats
     teachspec generate "Return a new dictionary"     # plain decoding on the bundled target
     teachspec bench speculative --json out.json      # speedups measured side by side
+    teachspec bench speculative --workloads agentic  # every drafter, suffix decoding too, on many requests
     teachspec bench program                          # structured programs, radix cache on vs off
     teachspec bench contention                       # decoding next to busy processes, with and without the policy
     teachspec bench serving                          # teachspec and vLLM on the same pair, side by side
+    teachspec bench batch                            # speculation as the batch grows: the formula against vLLM
     teachspec serve --speculate model                # vLLM's server on the bundled pair, until Ctrl-C
     teachspec course my-course                       # the notebooks, assignments and traces, ready to open
     teachspec course my-key --with-solutions         # the instructor's copy: solutions, INSTRUCTORS.md
@@ -229,6 +231,8 @@ def cmd_demo(args) -> None:
 
 
 def cmd_bench_speculative(args) -> None:
+    if args.workloads:
+        return cmd_bench_workload(args)
     from teachspec.bench import speculative
     from teachspec.workloads import copy_heavy, docs_completion
 
@@ -239,6 +243,16 @@ def cmd_bench_speculative(args) -> None:
                                                       max_new_tokens=args.new_tokens).requests]
     result = speculative.bench(pair, docs, copy, n=args.new_tokens, ks=args.ks, seed=args.seed)
     print(speculative.markdown(result))
+    save_json(result, args.json)
+
+
+def cmd_bench_workload(args) -> None:
+    from teachspec.bench import workload
+
+    names = workload.check_names(args.workloads)
+    pair = pair_from(args)
+    result = workload.bench(pair, names, n=args.new_tokens, scale=args.scale)
+    print(workload.markdown(result))
     save_json(result, args.json)
 
 
@@ -309,6 +323,27 @@ def cmd_bench_serving(args) -> None:
         result = serving.bench(pair, ids[:args.prompts], ids[args.prompts:], n=args.new_tokens,
                                concurrency=tuple(args.concurrency))
     print(serving.markdown(result))
+    save_json(result, args.json)
+
+
+def cmd_bench_batch(args) -> None:
+    from teachspec.bench import batch
+    from teachspec.models import load_pair
+    from teachspec.serving import vllm_python
+    from teachspec.threads import set_threads
+    from teachspec.workloads import docs_completion
+
+    if args.batches != sorted(set(args.batches)):
+        args.parser.error(f"argument --batches: must be increasing, got {' '.join(map(str, args.batches))}")
+    with server_errors(args):
+        vllm_python()  # vLLM missing: say how to install it before anything loads
+        if args.threads is not None:
+            set_threads(args.threads)
+        pair = load_pair(args.pair)
+        work = docs_completion(n_prompts=args.prompts, max_new_tokens=args.new_tokens)
+        result = batch.bench(pair, [pair.encode(r.prompt) for r in work.requests], n=args.new_tokens,
+                             batches=tuple(args.batches), k=args.k, rounds=args.rounds)
+    print(batch.markdown(result))
     save_json(result, args.json)
 
 
@@ -433,6 +468,10 @@ def parser() -> Parser:
     bs.add_argument("--ks", type=whole(1), nargs="+", default=[1, 2, 3, 4],
                     help="draft lengths (default 1 2 3 4; k = 2 always runs: the events and noise-floor rows use it)")
     bs.add_argument("--seed", type=whole(0), default=0, help="random seed (default 0)")
+    bs.add_argument("--workloads", nargs="+", metavar="NAME",
+                    help="instead: every drafter (suffix and hybrid too) on multi-request workloads, requests in "
+                         "order: agentic, code_edits, novel (--prompts, --ks and --seed do not apply)")
+    bs.add_argument("--scale", type=whole(1), default=1, help="with --workloads: times their size (default 1)")
     add_json_arg(bs)
     bs.set_defaults(run=cmd_bench_speculative, parser=bs)
 
@@ -504,6 +543,22 @@ def parser() -> Parser:
                     help="requests in flight at once for vLLM's throughput rows (default 8 32)")
     add_json_arg(bv)
     bv.set_defaults(run=cmd_bench_serving, parser=bv)
+
+    bb = command(bsub, "batch", help="speculation as the batch grows: the formula from this engine's pass costs "
+                                     "against vLLM's throughput, plain and draft model, at each batch")
+    bb.add_argument("--pair", type=bundled_pair, default="tiny", help="a bundled pair (default: tiny)")
+    bb.add_argument("--threads", type=whole(1), default=None,
+                    help="CPU threads for teachspec's torch (default: the policy; vLLM chooses its own)")
+    bb.add_argument("--prompts", type=whole(1), default=32, help="prompts, taken in turn by the batches (default 32)")
+    bb.add_argument("--new-tokens", type=whole(1), default=64, help="tokens decoded per request (default 64)")
+    bb.add_argument("--batches", type=whole(1), nargs="+", default=[1, 2, 4, 8, 16, 32, 64, 128],
+                    help="requests in flight, increasing (default 1 2 4 ... 128; the sweep ends once speculation "
+                         "has lost at two in a row)")
+    bb.add_argument("--k", type=whole(1), default=3, help="the draft model's k (default 3)")
+    bb.add_argument("--rounds", type=whole(1), default=4, help="rounds per server and batch; the fastest counts "
+                                                               "(default 4)")
+    add_json_arg(bb)
+    bb.set_defaults(run=cmd_bench_batch, parser=bb)
 
     sv = command(sub, "serve", help="start vLLM's OpenAI-compatible server on a pair (prefix caching and KV "
                                     "events on) until Ctrl-C")

@@ -42,7 +42,9 @@ Speculation (one *step* = one draft of k tokens followed by one target pass over
     the Leviathan et al. (2023) rule: accept drafted x with probability min(1, p(x)/q(x)).
 
 Radix cache (node ids are stable for a node's life; the root is node 0)
-    Match    node (deepest node of the match), length (tokens matched), path (node ids root -> node)
+    Match    node (deepest node of the match), length (tokens matched), path (node ids root -> node),
+             proposed (a suffix tree's guess: the node ids of the branch it proposes below the match, parents
+             before children; absent for the radix cache, whose lookups propose nothing)
     Insert   node (new leaf, or -1 when nothing new), parent, tokens (new tokens stored), cached (already present),
              ids (the new tokens themselves, so a view labels the node with its text; absent in older traces)
     Split    node (the node that was cut), new (the new parent holding the first `at` tokens), parent, at
@@ -296,6 +298,7 @@ class Match(Event):
     node: NodeId
     length: Count
     path: list[NodeId]
+    proposed: list[NodeId] | None = None
 
 
 @dataclass(slots=True)

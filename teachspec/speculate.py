@@ -88,8 +88,8 @@ DRAFTERS: dict[str, DrafterSpec] = {spec.name: spec for spec in (
     DrafterSpec("ngram", _ngram, trees=True, start_k=8, served=True),
     DrafterSpec("oracle", _oracle, trees=True, dynamic=True, start_k=8),
     DrafterSpec("adversary", _adversary, needs="draft"),
-    DrafterSpec("suffix", _suffix, trees=True, start_k=8),  # start_k as prompt lookup's, until the bench says
-    DrafterSpec("hybrid", _hybrid, trees=True, needs="draft", start_k=3),  # as the draft model's, until then
+    DrafterSpec("suffix", _suffix, trees=True, start_k=16, served=True),  # no draft pass: long guesses pay
+    DrafterSpec("hybrid", _hybrid, trees=True, needs="draft", start_k=3),  # the draft model's; the trees go to 16
 )}
 
 SERVED = tuple(name for name, d in DRAFTERS.items() if d.served)

@@ -48,7 +48,8 @@ depth D exactly when one was at every depth before it, so
 Eq. (1) with alpha at depth d replaced by A_d: widening a level raises its A_d, deepening adds a term.
 
 Batches. When b requests share every pass, a step verifies b (k + 1) positions: `batch_speedup` divides Eq. (1) by
-k c + cost(b (k + 1)) / cost(b), a pass-cost curve's ratio in place of Theorem 3.8's 1 (section "batches" below).
+k c + cost(b (k + 1)) / cost(b), a pass-cost curve's ratio in place of Theorem 3.8's 1 (section "batches" below),
+and `batch_crossover` finds the smallest batch at which that falls below 1: where speculation stops paying.
 
 Every function takes plain floats and returns a float; alpha and c may also be numpy arrays (elementwise), except
 in the batch functions, which take one of each. The tree
@@ -199,45 +200,126 @@ def tree_tokens_per_second(
 #
 #     E[tokens](alpha, k) / (k c + cost(b (k + 1)) / cost(b))
 #
-# where c is a draft pass over a target pass, both over b positions. While cost stays flat (the pass is bound by
+# where c is a draft pass over a target pass, both over b positions (`batch_c` derives it from c at b = 1 and the
+# draft's own pass-cost curve, as lecture 13 does). While cost stays flat (the pass is bound by
 # reading the weights) this is Theorem 3.8; once b (k + 1) passes the knee, where arithmetic catches up with the
 # reading, every guessed position costs real compute, and far enough past it the best k is 0. SmartSpec (Liu et al. 2024,
 # arXiv:2406.14066) chooses k per batch from the same trade, its cost a linear model of the batch's tokens;
 # MagicDec (Chen et al. 2024, arXiv:2408.11049) points out that at long contexts the pass also reads every
 # request's KV cache, which keeps it memory-bound, so cost(b (k + 1)) / cost(b) stays near 1 at large batches.
 
-def batch_speedup(alpha: float, k: int, c: float, pass_cost: Callable[[int], float], b: int = 1) -> float:
+def batch_speedup(alpha: float, k: int, c: float, pass_cost: Callable[[int], float], b: int = 1,
+                  draft_cost: Callable[[int], float] | None = None) -> float:
     """Expected speedup of speculation over plain decoding when b requests share every pass: Leviathan et al. 2023,
     Theorem 3.8, with the target pass over b (k + 1) positions costing what `pass_cost` says instead of 1 (the
-    comment above), E[tokens](alpha, k) / (k c + pass_cost(b (k + 1)) / pass_cost(b)).
+    comment above), E[tokens](alpha, k) / (k c_b + pass_cost(b (k + 1)) / pass_cost(b)).
 
     pass_cost(n): the time (any unit) of one target pass over n positions, measured or modelled; only its ratios
-    matter. c: a draft pass over b positions divided by a target pass over b. k = 0 is plain decoding, 1.0; with
-    pass_cost constant it is Theorem 3.8's `speedup(alpha, k, c)`."""
+    matter. c: a draft pass over b positions divided by a target pass over b, unless draft_cost is given.
+    draft_cost(n): the time of one draft pass over n positions (same unit as pass_cost); then c is the ratio at
+    b = 1 and c_b follows both curves (`batch_c`). k = 0 is plain decoding, 1.0; with pass_cost constant (and no
+    draft_cost) it is Theorem 3.8's `speedup(alpha, k, c)`."""
     _k("k", k)
-    if isinstance(b, bool) or not isinstance(b, numbers.Integral) or b < 1:
-        raise ValueError(f"b must be an int >= 1 (requests in the batch), got {b!r}")
-    if not callable(pass_cost):
-        raise ValueError(f"pass_cost must be a function of the positions in a pass, got {pass_cost!r}")
+    _batch("b", b)
+    alpha = _scalar("alpha", alpha)
+    _callable("pass_cost", pass_cost)
+    c_b = batch_c(c, b, pass_cost, draft_cost) if draft_cost is not None else _scalar("c", c, _c)
     if k == 0:
         return 1.0
     plain, verify = _cost(pass_cost, b), _cost(pass_cost, b * (k + 1))
-    return float(expected_tokens(_scalar("alpha", alpha), k)) / (k * _scalar("c", c, _c) + verify / plain)
+    return float(expected_tokens(alpha, k)) / (k * c_b + verify / plain)
 
 
-def batch_optimal_k(alpha: float, c: float, pass_cost: Callable[[int], float], b: int = 1, k_max: int = 16) -> int:
+def batch_c(c: float, b: int, pass_cost: Callable[[int], float], draft_cost: Callable[[int], float]) -> float:
+    """c at batch b from c at b = 1 and both pass-cost curves (lecture 13):
+
+        c_b = c (draft_cost(b) / draft_cost(1)) / (pass_cost(b) / pass_cost(1)).
+
+    The draft's pass grows with b at its own rate: a model as small as a draft is mostly fixed costs (kernel
+    launches, Python), so its pass stays flat longer than the target's, and c_b usually falls as b grows."""
+    c = _scalar("c", c, _c)
+    _batch("b", b)
+    _callable("pass_cost", pass_cost)
+    _callable("draft_cost", draft_cost, "draft")
+    return c * (_cost(draft_cost, b, "draft_cost") / _cost(draft_cost, 1, "draft_cost")) / (
+        _cost(pass_cost, b) / _cost(pass_cost, 1))
+
+
+def batch_optimal_k(alpha: float, c: float, pass_cost: Callable[[int], float], b: int = 1, k_max: int = 16,
+                    draft_cost: Callable[[int], float] | None = None) -> int:
     """The draft length in 0 .. k_max with the largest `batch_speedup` at batch b; ties go to the shorter draft, so
-    0 (plain decoding) means no k pays at this batch."""
+    0 (plain decoding) means no k pays at this batch.
+
+    This is SmartSpec's choice (Liu et al. 2024, arXiv:2406.14066, Section 4): k per batch to maximise goodput,
+    accepted plus bonus tokens per second. Per request and step, the tokens are Eq. (1)'s E[tokens](alpha, k), the
+    time k c_b + pass_cost(b (k + 1)) / pass_cost(b) plain passes, so `batch_speedup` is goodput(k) / goodput(0)
+    and the k that maximises one maximises the other. (SmartSpec models the time as linear in the batch's tokens,
+    fitted at start; here it is any curve, measured.)"""
     _k("k_max", k_max)
-    speedups = [batch_speedup(alpha, k, c, pass_cost, b) for k in range(k_max + 1)]
+    speedups = [batch_speedup(alpha, k, c, pass_cost, b, draft_cost) for k in range(k_max + 1)]
     return max(range(k_max + 1), key=lambda k: (speedups[k], -k))
 
 
-def _cost(pass_cost: Callable[[int], float], n: int) -> float:
+def batch_crossover(alpha: float, c: float, pass_cost: Callable[[int], float], *, k: int | None = None,
+                    batches: Sequence[int] | None = None, b_max: int | None = None, k_max: int = 16,
+                    draft_cost: Callable[[int], float] | None = None) -> int | None:
+    """The smallest batch b at which speculation stops paying: `batch_speedup` < 1 at draft length k, or, with
+    k = None, at every k in 1 .. k_max (the best k, SmartSpec's goodput choice, is then 0: `batch_optimal_k`).
+    None when speculation pays at every batch looked at.
+
+    batches: the batches to look at, e.g. the ones a server was measured at (1, 2, 4, ..., 128); else every b in
+    1 .. b_max (default 1024), for which pass_cost (and draft_cost) must answer at every n up to b_max (k + 1)
+    (`k_max + 1` with k = None): a model, or a measured curve interpolated. A measured curve need not be monotone,
+    so b is the first batch that loses, not one after which every batch loses. c and draft_cost as in
+    `batch_speedup`. Every argument is checked before any pass cost is asked for.
+
+    Example: alpha = 0.8, c = 0.05, a pass flat up to 64 positions and n / 64 beyond (`max(1, n / 64)`): at k = 3
+    speculation stops paying at b = 45, where a step's 180 positions cost 2.81 plain passes and its guesses 0.15
+    more, against Eq. (1)'s 2.95 tokens; at its best k, at b = 57."""
+    alpha = _scalar("alpha", alpha)
+    c = _scalar("c", c, _c)
+    _callable("pass_cost", pass_cost)
+    if draft_cost is not None:
+        _callable("draft_cost", draft_cost, "draft")
+    if k is not None and (isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1):
+        raise ValueError(f"k must be an int >= 1 (a draft length), or None for the best k at each batch, got {k!r}")
+    _k("k_max", k_max)
+    if k is None and k_max < 1:
+        raise ValueError(f"k_max must be >= 1 when k is None (the best of k = 1 .. k_max), got {k_max!r}")
+    if batches is not None and b_max is not None:
+        raise ValueError(f"give batches or b_max, not both (got batches={batches!r} and b_max={b_max!r})")
+    if batches is None:
+        b_max = 1024 if b_max is None else b_max
+        _batch("b_max", b_max)
+        looked_at = range(1, b_max + 1)
+    else:
+        if isinstance(batches, (str, bytes)) or not isinstance(batches, Sequence) or not batches:
+            raise ValueError(f"batches must be a non-empty sequence of ints >= 1, got {batches!r}")
+        for i, b in enumerate(batches):
+            _batch(f"batches[{i}]", b)
+        looked_at = sorted(set(batches))
+    ks = [k] if k is not None else range(1, k_max + 1)
+    for b in looked_at:
+        if all(batch_speedup(alpha, j, c, pass_cost, b, draft_cost) < 1 for j in ks):
+            return int(b)
+    return None
+
+
+def _cost(pass_cost: Callable[[int], float], n: int, name: str = "pass_cost") -> float:
     t = pass_cost(n)
     if isinstance(t, bool) or not isinstance(t, numbers.Real) or not math.isfinite(t) or t <= 0:
-        raise ValueError(f"pass_cost({n}) must return a finite time > 0, got {t!r}")
+        raise ValueError(f"{name}({n}) must return a finite time > 0, got {t!r}")
     return float(t)
+
+
+def _callable(name: str, f: object, model: str = "target") -> None:
+    if not callable(f):
+        raise ValueError(f"{name} must be a function of the positions in a {model} pass, got {f!r}")
+
+
+def _batch(name: str, b: object) -> None:
+    if isinstance(b, bool) or not isinstance(b, numbers.Integral) or b < 1:
+        raise ValueError(f"{name} must be an int >= 1 (requests in the batch), got {b!r}")
 
 
 def _scalar(name: str, x: float, check: Callable | None = None) -> float:

@@ -11,6 +11,7 @@ here builds a small, seeded stand-in for one shape, its text drawn from the corp
     tree_of_thought  a root question, branches that each extend the shared prefix          (tree-of-thought)
     no_reuse         unrelated documents that share not even a first token                 (the overhead control)
     copy_heavy       a passage, then its opening again: the continuation is in the prompt  (prompt lookup)
+    code_edits       one passage edited again and again, the whole text rewritten each time (code agents)
     docs_completion  openings of held-out documentation to continue                        (plain decoding)
 
 Sizes are in tokens of the bundled tokenizer (or of any `encode` you pass), measured rather than guessed: texts
@@ -447,6 +448,40 @@ def copy_heavy(n_prompts: int = 8, passage_tokens: int = 64, max_new_tokens: int
     return Workload("copy_heavy", f"{n_prompts} prompts to repeat a ~{passage_tokens}-token passage", requests)
 
 
+EDITS = ("renaming one word", "fixing a typo", "shortening the first sentence", "adding a comma",
+         "changing the tone", "removing one word")
+
+
+def code_edits(n_files: int = 3, edits: int = 4, passage_tokens: int = 120, opening_tokens: int = 16,
+               max_new_tokens: int = 96, *, seed: int = 0, encode: Encoder | Pair | None = None) -> Workload:
+    """Repeated edits of the same files, each request asking for the whole text back with one change, as a coding
+    agent asks for a file it edits step after step.
+
+    Each prompt holds the file, the edit asked for and the first `opening_tokens` tokens of the file again, so a
+    model that copies writes the rest: prompt lookup finds it in the prompt, and from the second edit of a file on
+    the suffix drafter finds it in the earlier requests' outputs as well. `n_files` files, `edits` requests each,
+    file after file.
+    """
+    for name, value in (("n_files", n_files), ("edits", edits), ("passage_tokens", passage_tokens),
+                        ("opening_tokens", opening_tokens), ("max_new_tokens", max_new_tokens)):
+        check_int(name, value, 1)
+    if edits > len(EDITS):
+        raise ValueError(f"edits must be <= {len(EDITS)}, the edits there are to ask for, got {edits}")
+    if opening_tokens >= passage_tokens:
+        raise ValueError(f"opening_tokens must be < passage_tokens={passage_tokens} so that the model has text left "
+                         f"to rewrite, got {opening_tokens}")
+    texts = _start("code_edits", seed, encode)
+    requests = []
+    for f in range(n_files):
+        passage = texts.passage(passage_tokens)
+        opening = _fit(passage, opening_tokens, texts.encode)
+        for e in EDITS[:edits]:
+            requests.append(Job(f"File:\n{passage}\n\nRewrite the file above, {e}.\n\n{opening}", max_new_tokens,
+                                f"file {f}"))
+    return Workload("code_edits", f"{n_files} ~{passage_tokens}-token files, each rewritten {edits} times",
+                    requests)
+
+
 def docs_completion(n_prompts: int = 8, prompt_tokens: int = 64, max_new_tokens: int = 32, *, seed: int = 0,
                     encode: Encoder | Pair | None = None) -> Workload:
     """The openings of held-out documentation (the validation split: never trained on), to continue.
@@ -470,7 +505,7 @@ def docs_completion(n_prompts: int = 8, prompt_tokens: int = 64, max_new_tokens:
 
 WORKLOADS: dict[str, Callable[..., Workload]] = {
     f.__name__: f for f in (system_prompt, few_shot, multi_turn, tree_of_thought, no_reuse, copy_heavy,
-                            docs_completion)
+                            code_edits, docs_completion)
 }
 
 

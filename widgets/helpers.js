@@ -387,6 +387,7 @@ export function nodeLines(item, width = 16) {
 // What every colour and mark of the tree means (each legend entry carries data-legend=its key).
 export const TREE_LEGEND = [
   ["matched", "matched", "on the path the last lookup matched: these tokens were reused"],
+  ["proposed", "proposed", "a suffix tree's guess: the branch below the match it proposes to the target"],
   ["new", "new", "inserted by the last event"],
   ["split", "split", "cut in two by the last event: the new node above holds the first part"],
   ["locked", "in use", "locked by a running request: protected from eviction"],
@@ -400,6 +401,7 @@ export function nodeClass(item) {
   if (item.parent === null && !item.stub) parts.push("root");
   if (item.mark) parts.push(item.mark);
   if (item.matched) parts.push("matched");
+  if (item.proposed) parts.push("proposed");
   if (item.locks) parts.push("locked");
   return parts.join(" ");
 }

@@ -193,7 +193,8 @@ function render({ model, el }) {
           lines.set(item.key, path);
           edges.append(path);
         }
-        path.setAttribute("class", `edge${item.matched ? " matched" : ""}${item.stub ? " stub" : ""}`);
+        path.setAttribute("class",
+          `edge${item.matched ? " matched" : ""}${item.proposed ? " proposed" : ""}${item.stub ? " stub" : ""}`);
         path.setAttribute("d", edgePath(parent, item));
       }
     }

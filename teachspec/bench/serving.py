@@ -1,15 +1,21 @@
 """`teachspec bench serving`: teachspec and vLLM on the same pair, the same prompts, greedy, in one run.
 
 teachspec's methods decode the prompts first, interleaved prompt by prompt so machine noise hits them alike, with
-no server running; then three vLLM servers on the bundled pair (`teachspec.serving.start_vllm`), one after
-another and each alone on the machine: plain decoding, the pair's draft model at k = 3, prompt lookup at k = 3.
+no server running; then four vLLM servers on the bundled pair (`teachspec.serving.start_vllm`), one after
+another and each alone on the machine: plain decoding, the pair's draft model at k = 3, prompt lookup at k = 3,
+suffix decoding at k = 16 (the last only where vLLM's Python imports arctic-inference, which vLLM's method "suffix"
+runs: teachspec.serving.launch.ARCTIC_INSTALL; without it the table says it was left out, and why).
 (A server does not share the machine well: after each step its OpenMP threads spin a while, waiting for more
 work, and slow whatever runs right after.) Every method decodes the same prompts one request at a time:
 
-    teachspec   plain, draft model k = 3, draft model adaptive     (the engine, radix cache off: every method
-                                                                    computes its own prefill)
-    vLLM        plain, draft model k = 3, prompt lookup k = 3       (over HTTP; EOS ignored on both sides so every
-                                                                    method decodes the same number of tokens)
+    teachspec   plain, draft model k = 3, draft model adaptive,    (the engine, radix cache off: every method
+                suffix decoding k = 16                              computes its own prefill)
+    vLLM        plain, draft model k = 3, prompt lookup k = 3,      (over HTTP; EOS ignored on both sides so every
+                suffix decoding k = 16                              method decodes the same number of tokens)
+
+Both suffix rows keep their tree of earlier outputs across the prompts (the engine's SuffixCache, vLLM's global
+tree), with the same depth, factor and min_prob; they still guess differently at ties and on the prefill step
+(vLLM guesses nothing there), tests/serving/test_suffix_oracle.py.
 
 Reported per method: tokens per second of one request (new tokens over wall time, prefill included; for vLLM the
 time includes the HTTP round trip), the speedup over teachspec's plain decoding, alpha and tokens per target pass
@@ -34,12 +40,14 @@ from teachspec.engine import Engine
 from teachspec.models.pair import Pair
 from teachspec.program import run_batch
 from teachspec.program.examples import EXAMPLES
-from teachspec.serving import RemoteEngine, Watcher, metrics, start_vllm
+from teachspec.serving import RemoteEngine, Watcher, launch, metrics, start_vllm, vllm_python
 from teachspec.stats import Stats
 
-SERVERS = {"vLLM plain": None, "vLLM draft model, k = 3": "model", "vLLM prompt lookup, k = 3": "ngram"}
+SERVERS = {"vLLM plain": (None, 3), "vLLM draft model, k = 3": ("model", 3),  # name -> (speculate, k)
+           "vLLM prompt lookup, k = 3": ("ngram", 3), "vLLM suffix decoding, k = 16": ("suffix", 16)}
 LOCAL = {"teachspec plain": dict(speculate=None), "teachspec draft model, k = 3": dict(speculate="model", k=3),
-         "teachspec draft model, adaptive": dict(speculate="model", k="adaptive")}
+         "teachspec draft model, adaptive": dict(speculate="model", k="adaptive"),
+         "teachspec suffix decoding, k = 16": dict(speculate="suffix", k=16)}
 
 
 def bench(pair: Pair, prompts: list[list[int]], batch_prompts: list[list[int]], n: int = 96,
@@ -47,14 +55,17 @@ def bench(pair: Pair, prompts: list[list[int]], batch_prompts: list[list[int]], 
     from tqdm.auto import tqdm
 
     result = {"pair": pair.name, "prompts": len(prompts), "new_tokens": n, "methods": {}, "batched": {},
-              "programs": {}}
-    bar = tqdm(total=len(prompts) * (len(LOCAL) + len(SERVERS)), desc="bench serving", disable=not progress)
+              "programs": {}, "left_out": {}}
+    why = _suffix_missing()
+    servers = {name: sk for name, sk in SERVERS.items() if sk[0] != "suffix" or why is None}
+    result["left_out"] = {name: why for name in SERVERS if name not in servers}
+    bar = tqdm(total=len(prompts) * (len(LOCAL) + len(servers)), desc="bench serving", disable=not progress)
     watch = Watch()
     local = _teachspec(pair, prompts, n, bar)
     result["machine"] = watch.stop().as_dict()
     served = {}
-    for name, speculate in SERVERS.items():
-        served[name] = _vllm(pair, speculate, prompts, batch_prompts, n, concurrency, bar)
+    for name, (speculate, k) in servers.items():
+        served[name] = _vllm(pair, speculate, k, prompts, batch_prompts, n, concurrency, bar)
     bar.close()
     reference = local["teachspec plain"]["outputs"]
     plain_s = local["teachspec plain"]["seconds"]
@@ -72,6 +83,15 @@ def bench(pair: Pair, prompts: list[list[int]], batch_prompts: list[list[int]], 
     result["all_identical"] = all(m["identical"] for m in result["methods"].values()) and all(
         r["identical"] for r in result["programs"].values())
     return result
+
+
+def _suffix_missing() -> str | None:
+    """Why vLLM's suffix decoding cannot run here (None when it can): start_vllm does not take it, or vLLM's
+    Python cannot import arctic-inference."""
+    if "suffix" not in launch.SPECULATE:
+        return "teachspec.speculate does not mark the suffix drafter as one vLLM serves"
+    why = launch.arctic_missing(vllm_python())
+    return None if why is None else f"vLLM's Python cannot import arctic-inference ({why})"
 
 
 def _teachspec(pair: Pair, prompts: list[list[int]], n: int, bar) -> dict:
@@ -92,11 +112,11 @@ def _teachspec(pair: Pair, prompts: list[list[int]], n: int, bar) -> dict:
     return out
 
 
-def _vllm(pair: Pair, speculate: str | None, prompts: list[list[int]], batch_prompts: list[list[int]], n: int,
-          concurrency: tuple[int, ...], bar) -> dict:
+def _vllm(pair: Pair, speculate: str | None, k: int, prompts: list[list[int]], batch_prompts: list[list[int]],
+          n: int, concurrency: tuple[int, ...], bar) -> dict:
     """One vLLM server, alone on the machine: the prompts one request at a time, then `concurrency` at once, then
     (for the draft model) the example programs."""
-    with start_vllm(pair.name, speculate=speculate, k=3) as server, Watcher(server) as watcher:
+    with start_vllm(pair.name, speculate=speculate, k=k) as server, Watcher(server) as watcher:
         remote = RemoteEngine(server, pair)
         remote.generate(prompts[0], 8, ignore_eos=True)  # warm up
         before = watcher.settle().counters
@@ -157,6 +177,8 @@ def markdown(result: dict) -> str:
                            "prefix-cache hit rate, vLLM's /metrics", "teachspec's radix tree"],
                           [[name, r["runs"], r["identical"], f"{r['server_hit_rate']:.1%}",
                             f"{r['local_hit_rate']:.1%}"] for name, r in result.get("programs", {}).items()])
+    lines += [""] * bool(result.get("left_out")) + [f"left out: {name}: {why}"
+                                                    for name, why in result.get("left_out", {}).items()]
     lines += ["", f"every greedy output identical across the engines: {result['all_identical']}"]
     if warning(result.get("machine")):
         lines += ["", warning(result["machine"])]

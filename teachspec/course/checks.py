@@ -12,6 +12,9 @@ case failed, what was expected, what came back and the likely cause, instead of 
     check_dfs_order(dfs_order)                 assignment 5: the depth-first order, heaviest branch first
     check_dynamic_tree(grow)                   assignment 6: EAGLE-2's greedy dynamic tree
     check_tree_attention(tree_attention)       assignment 6: the mask and positions of the pass that checks it
+    check_followers(followers)                 assignment 7: the followers of a pattern, counted
+    check_longest_match(longest_match)         assignment 7: the longest suffix of the context something followed
+    check_suffix_guess(guess)                  assignment 7: the chain guessed from it, and where it stops
 
 The judging is teachspec.course.grading's, on the code of the notebook's cells run in a sandbox
 (teachspec.course.sandbox): in a notebook, the cells this kernel ran, in the order it ran them; elsewhere, the
@@ -38,8 +41,8 @@ from teachspec.course.grading import KINDS, PARTS, CheckFailed, judge, reference
 GRADED_OUTSIDE = "TEACHSPEC_GRADED_OUTSIDE"  # set by the autograder for the notebook's run: the verdicts are its own
 
 __all__ = ["GRADED_OUTSIDE", "KINDS", "PARTS", "CheckFailed", "check", "code_of", "check_acceptance_rule",
-           "check_choose_k", "check_dfs_order",
-           "check_dynamic_tree", "check_multi_draft_step", "check_radix", "check_rank_acceptance", "check_remove",
+           "check_choose_k", "check_dfs_order", "check_dynamic_tree", "check_followers", "check_longest_match",
+           "check_multi_draft_step", "check_radix", "check_rank_acceptance", "check_remove", "check_suffix_guess",
            "check_tree_attention", "reference_node_rule"]
 
 
@@ -130,3 +133,20 @@ def check_dynamic_tree(grow: Callable) -> None:
 def check_tree_attention(tree_attention: Callable) -> None:
     """tree_attention(parents) -> (mask, positions): who each node attends to, and each node's position."""
     _parts("a6", tree_attention, "mask", "positions")
+
+
+def check_followers(followers: Callable) -> None:
+    """followers(sequences, pattern) -> {token: count}: the token right after each occurrence of the pattern."""
+    _parts("a7", followers, "followers")
+
+
+def check_longest_match(longest_match: Callable) -> None:
+    """longest_match(sequences, context, depth) -> m: the longest suffix of the context, at most depth - 1 tokens,
+    that something followed in the sequences (0: none)."""
+    _parts("a7", longest_match, "match")
+
+
+def check_suffix_guess(guess: Callable) -> None:
+    """guess(sequences, context, depth, k, min_prob) -> tokens: the chain of most counted followers from the
+    longest match, stopped by k, the depth and min_prob."""
+    _parts("a7", guess, "choice", "stop")

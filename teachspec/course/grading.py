@@ -1,4 +1,4 @@
-"""The graded parts of the six assignments, judged here on answers computed where the student's code cannot reach.
+"""The graded parts of the seven assignments, judged here on answers computed where the student's code cannot reach.
 
 Each assignment is graded in parts, one property each, so that one bug costs its part and not the whole exercise:
 
@@ -16,7 +16,8 @@ The student's code runs in a child interpreter (`teachspec.course.sandbox`), def
   submission that hard-codes the answers to the cases it can know fails the others.
 - It grades one thing. The other exercises an answer calls (`speculative_step` calls `residual`, `choose_k` calls
   `expected_speedup`, `rank_acceptance` calls `remove`, `best_hit_rate` calls `reused`, `grow` calls `confidence`
-  and `rerank`) are replaced in the child by correct ones while it is graded (`STAND_INS`).
+  and `rerank`, `longest_match` and `guess` call `followers`, `guess` calls `longest_match`) are replaced in the
+  child by correct ones while it is graded (`STAND_INS`).
 
 In the child, teachspec itself is not importable (the import is refused, with the reason), but for the narrow
 copies an exercise is offered (`OFFERS`: `sample`, say): handing the exercise to the library is closed as a class,
@@ -34,6 +35,7 @@ import inspect
 import itertools
 import math
 import textwrap
+from fractions import Fraction
 from pathlib import Path
 
 import torch
@@ -137,12 +139,13 @@ def call(what: str, fn, *args, hints: dict | None = None):
         explain(what, args, e, hints)
 
 
-def call_many(what: str, fn: Remote, calls: list[tuple]) -> list:
-    """fn on each of `calls` in one message to the sandbox: a failure is explained with the call it failed on."""
+def call_many(what: str, fn: Remote, calls: list[tuple], hints: dict | None = None) -> list:
+    """fn on each of `calls` in one message to the sandbox: a failure is explained with the call it failed on (and
+    a hint, as `call` gives one)."""
     try:
         return fn.many(calls)
     except (Raised, TimedOut, Died) as e:
-        explain(what, calls[getattr(e, "index", 0)], e, None)
+        explain(what, calls[getattr(e, "index", 0)], e, hints)
 
 
 def explain(what: str, args: tuple, e: Exception, hints: dict | None) -> None:
@@ -1392,6 +1395,312 @@ def a6_positions(tree_attention, draws: Draws, hidden: bool) -> None:
              cause)
 
 
+# -- a7: suffix decoding -------------------------------------------------------------------------------------------
+
+def suffix_count(sequences, pattern) -> int:
+    """How often `pattern` occurs in the sequences, at every position (occurrences may overlap): the count of its
+    node in the suffix tree."""
+    pattern, n = list(pattern), len(pattern)
+    return sum(list(s[i:i + n]) == pattern for s in sequences for i in range(len(s) - n + 1))
+
+
+def followers_of(sequences, pattern, own: bool = False, last_only: bool = False, once: bool = False) -> dict:
+    """token -> how often it came right after an occurrence of `pattern`: the children of the pattern's node, each
+    with its count. An occurrence at the very end of a sequence has nothing after it. The flags give three classic
+    bugs' answers: the occurrence's own last token counted, only the last occurrence counted (prompt lookup copies
+    the most recent match), and each token counted once."""
+    pattern, n, out = list(pattern), len(pattern), {}
+    for s in sequences:
+        for i in range(len(s) - n):
+            if list(s[i:i + n]) == pattern:
+                t = s[i + n - 1] if own else s[i + n]
+                if last_only:
+                    out = {}
+                out[t] = 1 if once else out.get(t, 0) + 1
+    return out
+
+
+def match_of(sequences, context, depth: int, room: int = 1, after: bool = True, longest: bool = True) -> int:
+    """The length of the longest suffix of `context`, at most depth - 1 tokens, that something followed in the
+    sequences; 0 when none did. `room` 0 lets the match fill the whole depth, `after` off takes a suffix that only
+    ends a sequence, `longest` off takes the shortest: three classic bugs."""
+    top = min(depth - room, len(context))
+    for m in (range(top, 0, -1) if longest else range(1, top + 1)):
+        tail = list(context[len(context) - m:])
+        if followers_of(sequences, tail) if after else suffix_count(sequences, tail):
+            return m
+    return 0
+
+
+def suffix_chain(sequences, context, depth: int, k: int, min_prob: float, ties: str = "smaller", cap: str = "depth",
+                 rank: str = "child", over: str = "node", stop: str = "path") -> list[int]:
+    """The chain guessed from the longest match: the most counted follower of the path, ties to the smaller token
+    id, at most k tokens and the match and the guess at most `depth`, stopping before a guess whose path
+    probability, the product of D = count(path + [t]) / count(path) along the guess, is under min_prob. Exact, in
+    fractions. The keywords give classic bugs: ties "larger"; the `cap` of match and guess "none", or one "short"
+    of the depth; `rank` "parent" (every follower ranked by the path's own count, so all tie); D `over` the
+    "followers"' total instead of the node's count; `stop` at a "step" whose own D is under min_prob, or "never"."""
+    m = match_of(sequences, context, depth)
+    if m == 0:
+        return []
+    path, out, p = list(context[len(context) - m:]), [], Fraction(1)
+    room = {"depth": depth, "short": depth - 1, "none": math.inf}[cap]  # tokens the match and the guess may fill
+    while len(out) < k and len(path) < room:
+        after = followers_of(sequences, path)
+        if not after:
+            break
+        t = min(after, key=lambda x: (-after[x] if rank == "child" else 0, x if ties == "smaller" else -x))
+        d = Fraction(after[t], suffix_count(sequences, path) if over == "node" else sum(after.values()))
+        p = d if stop == "step" else p * d
+        if stop != "never" and p < min_prob:
+            break
+        out.append(t)
+        path.append(t)
+    return out
+
+
+def history(draws: Draws) -> list[list[int]]:
+    """Earlier sequences that repeat themselves, as outputs do: a few phrases over a small vocabulary, each written
+    several times with other tokens between, so that a pattern recurs with different followers, and some
+    occurrences end a sequence."""
+    vocab = 3 + draws.below(4)
+    phrases = [[draws.below(vocab) for _ in range(2 + draws.below(3))] for _ in range(1 + draws.below(3))]
+    out = []
+    for _ in range(1 + draws.below(4)):
+        s, n = [], 3 + draws.below(10)
+        while len(s) < n:
+            s += phrases[draws.below(len(phrases))] if draws.uniform() < 0.5 else [draws.below(vocab)]
+        out.append(s)
+    return out
+
+
+def suffix_case(draws: Draws) -> tuple[list[list[int]], list[int]]:
+    """Sequences and a context: mostly one whose end occurred before, a stretch of a sequence after a token or two
+    of its own; often the context is one of the sequences too, as a request's own tokens are in the engine, so its
+    suffixes all occur once with nothing after them."""
+    sequences = history(draws)
+    s = sequences[draws.below(len(sequences))]
+    end = 1 + draws.below(len(s))
+    context = [draws.below(6) for _ in range(draws.below(3))] + s[max(0, end - 1 - draws.below(6)):end]
+    if draws.uniform() < 0.4:
+        sequences.append(list(context))
+    return sequences, context
+
+
+def path_probabilities(sequences, path, k: int) -> set:
+    """The path probability of every guess of at most k tokens below `path`, exact."""
+    out, todo = set(), [(list(path), Fraction(1))]
+    for _ in range(k):
+        grown = []
+        for at, p in todo:
+            after, total = followers_of(sequences, at), suffix_count(sequences, at)
+            for t, c in after.items():
+                out.add(p * Fraction(c, total))
+                grown.append((at + [t], p * Fraction(c, total)))
+        todo = grown
+    return out
+
+
+def threshold(draws: Draws, sequences, context, depth: int, k: int) -> float:
+    """A min_prob of two decimals that no path probability of these cases comes within 1e-9 of, so that a path
+    product computed in floats compares with it as the exact one does."""
+    m = match_of(sequences, context, depth)
+    near = path_probabilities(sequences, context[len(context) - m:], k) if m else set()
+    for _ in range(50):
+        min_prob = round(0.05 + 0.85 * draws.uniform(), 2)
+        if all(abs(p - Fraction(min_prob)) > Fraction(1, 10**9) for p in near):
+            return min_prob
+    return round(0.05 + 0.85 * draws.uniform(), 6)
+
+
+def counts_out(out, what: str) -> dict[int, int]:
+    """A returned dict token -> count, as ints."""
+    written(what, out)
+    try:
+        return {int(t): int(c) for t, c in out.items()}
+    except (AttributeError, TypeError, ValueError):
+        fail(f"{what} must return a dict, token -> count, got {out!r}")
+
+
+def tokens_out(out, what: str, k: int) -> list[int]:
+    """A returned guess: a list of at most k ints."""
+    written(what, out)
+    try:
+        out = [int(t) for t in out]
+    except (TypeError, ValueError):
+        fail(f"{what} must return the guessed tokens as a list of ints, got {out!r}")
+    if len(out) > k:
+        fail(f"{what} returned {len(out)} tokens, {out}, with k = {k}: guess at most k tokens.")
+    return out
+
+
+def named(failed: list, bugs: list[tuple[str, object]]) -> str:
+    """The likely cause: the classic bug, if one, whose answer is what came back on every case that failed (two bugs
+    can agree on one case). `failed`: (the case, what came back); `bugs`: (cause, the case -> that bug's answer)."""
+    return next((cause for cause, bug in bugs if all(got == bug(*case) for case, got in failed)), "")
+
+
+def a7_followers(followers, draws: Draws, hidden: bool) -> None:
+    cases = [([[1, 2, 3, 1, 2, 4]], [1, 2]), ([[1, 2, 3], [0, 1, 2, 3, 1, 2]], [1, 2]),
+             ([[5, 5, 5, 5, 6]], [5, 5]),  # occurrences overlap
+             ([[7, 8]], [9]), ([[4, 2], [2]], [2])]  # never there; there only at the end of a sequence
+    for _ in range(80 if hidden else 12):
+        sequences = history(draws)
+        s = sequences[draws.below(len(sequences))]
+        n = 1 + draws.below(min(3, len(s)))
+        start = len(s) - n if draws.uniform() < 0.3 else draws.below(len(s) - n + 1)  # often one that ends s
+        cases.append((sequences, s[start:start + n]))
+    outs = call_many("followers", followers, [(lists(seqs), list(pattern)) for seqs, pattern in cases], hints={
+        "IndexError": "An occurrence at the very end of a sequence has nothing after it: only an occurrence that "
+                      "starts at i < len(s) - len(pattern) has a follower, s[i + len(pattern)]."})
+    failed = [((seqs, pattern), counts_out(out, "followers")) for (seqs, pattern), out in zip(cases, outs)]
+    failed = [(case, got) for case, got in failed if got != followers_of(*case)]
+    if not failed:
+        return
+    (seqs, pattern), got = failed[0]
+    want = followers_of(seqs, pattern)
+    cause = named(failed, [
+        ("That counts the last token of each occurrence, the pattern's own: a follower is the token right after an "
+         "occurrence, s[i + len(pattern)].", lambda s, p: followers_of(s, p, own=True)),
+        ("That counts only the last occurrence, as prompt lookup copies its most recent match: the tree counts "
+         "every occurrence, and the counts are what guessing ranks.", lambda s, p: followers_of(s, p, last_only=True)),
+        ("That counts each follower once: count it at every occurrence it follows.",
+         lambda s, p: followers_of(s, p, once=True))])
+    if not cause and {t: c for t, c in got.items() if c} == want:
+        cause = "Leave out the tokens that never came after the pattern: a node has only the children that occurred."
+    fail(f"followers(sequences={seqs}, pattern={pattern}): expected {dict(sorted(want.items()))}, got "
+         f"{dict(sorted(got.items()))} ({len(failed)} of the cases failed). Every occurrence, overlapping ones too, "
+         f"counts the token right after it; an occurrence at the end of a sequence counts nothing.", cause)
+
+
+def a7_match(longest_match, draws: Draws, hidden: bool) -> None:
+    cases = [([[1, 2, 3, 4]], [9, 1, 2, 3], 24), ([[1, 2, 3, 4]], [9, 1, 2, 3], 3),  # a match cut by the depth
+             ([[1, 2, 3], [5, 2, 3, 7]], [1, 2, 3], 8),  # (1, 2, 3) only ends a sequence; (2, 3) was followed
+             ([[1, 2, 1, 2, 1]], [1, 2, 1, 2, 1], 8),  # the context is a sequence: its whole self ends it
+             ([[4, 5]], [], 4), ([[4, 5]], [6], 4)]
+    for _ in range(80 if hidden else 15):
+        sequences, context = suffix_case(draws)
+        cases.append((sequences, context, 2 + draws.below(6)))
+    outs = call_many("longest_match", longest_match, [(lists(s), list(c), d) for s, c, d in cases])
+    failed = []
+    for case, out in zip(cases, outs):
+        got = written("longest_match", out)
+        if not isinstance(got, int) or isinstance(got, bool):
+            fail(f"longest_match must return the match's length, an int, got {got!r}")
+        if got != match_of(*case):
+            failed.append((case, got))
+    if not failed:
+        return
+    (seqs, context, depth), got = failed[0]
+    cause = named(failed, [
+        ("A path of the tree holds at most depth tokens, the match and at least one token after it: the match is "
+         "at most depth - 1 tokens.", lambda s, c, d: match_of(s, c, d, room=0)),
+        ("That suffix occurs in the sequences, but only at the very end of one, with nothing after it: it proposes "
+         "nothing. Keep a suffix only if something followed it (its followers are not empty).",
+         lambda s, c, d: match_of(s, c, d, after=False)),
+        ("That is the shortest suffix something followed: try the longest first, the most specific evidence.",
+         lambda s, c, d: match_of(s, c, d, longest=False))])
+    fail(f"longest_match(sequences={seqs}, context={context}, depth={depth}): expected {match_of(seqs, context, depth)}"
+         f", got {got} ({len(failed)} of the cases failed). The longest suffix of the context, at most depth - 1 = "
+         f"{depth - 1} tokens, that something followed in the sequences; 0 when none.", cause)
+
+
+def a7_choice(guess, draws: Draws, hidden: bool) -> None:
+    """min_prob 0: the chain is judged token for token (the stop part judges min_prob)."""
+    cases = [([[1, 2, 3, 4, 5], [1, 2, 3, 6]], [0, 1, 2], 24, 4),  # after (1, 2, 3): 4 and 6 tie
+             ([[1, 2, 3, 4, 5]], [1, 2, 3], 4, 4),  # the match takes 3 of the depth's 4 tokens: one guess
+             ([[1, 2, 9, 1, 2, 9, 1, 2, 5, 1, 2]], [1, 2, 9, 1, 2], 24, 3),
+             ([[3, 1, 4, 1, 5]], [2, 7], 24, 3)]  # nothing matches: no guess
+    for _ in range(80 if hidden else 15):
+        sequences, context = suffix_case(draws)
+        cases.append((sequences, context, 2 + draws.below(7), 1 + draws.below(5)))
+    outs = call_many("guess", guess, [(lists(s), list(c), d, k, 0.0) for s, c, d, k in cases])
+    failed = [((s, c, d, k), tokens_out(out, "guess", k)) for (s, c, d, k), out in zip(cases, outs)]
+    failed = [(case, got) for case, got in failed if got != suffix_chain(*case, 0.0)]
+    if not failed:
+        return
+    (seqs, context, depth, k), got = failed[0]
+    cause = named(failed, [
+        ("Ties go to the smaller token id: of the followers counted alike, guess the smallest.",
+         lambda s, c, d, k: suffix_chain(s, c, d, k, 0.0, ties="larger")),
+        ("The match and the guess together are one path of the tree, at most depth tokens: after a match of m "
+         "tokens, guess at most depth - m.", lambda s, c, d, k: suffix_chain(s, c, d, k, 0.0, cap="none")),
+        ("The match and the guess together may fill the depth: after a match of m tokens, up to depth - m guesses, "
+         "not one fewer.", lambda s, c, d, k: suffix_chain(s, c, d, k, 0.0, cap="short")),
+        ("That ranks each follower by the count of the path it follows, the same for all of them, so the smallest "
+         "token id always wins: rank a follower t by its own count, count(path + [t]).",
+         lambda s, c, d, k: suffix_chain(s, c, d, k, 0.0, rank="parent"))])
+    fail(f"guess(sequences={seqs}, context={context}, depth={depth}, k={k}, min_prob=0.0): expected "
+         f"{suffix_chain(seqs, context, depth, k, 0.0)}, got {got} ({len(failed)} of the cases failed). From the "
+         f"longest match, the most counted follower of the path each time, ties to the smaller token id, at most k "
+         f"tokens, the match and the guess at most depth.", cause)
+
+
+def stop_broken(sequences, context, depth: int, k: int, min_prob: float, got: list[int]) -> str:
+    """Why the guess `got` does not stop where min_prob says, judged along its own path, so that a choice the
+    choice part charges (a tie broken the other way) is not charged here too; "" when it does."""
+    m = match_of(sequences, context, depth)
+    if m == 0:
+        return "" if not got else (f"no suffix of the context was followed by anything, so there is nothing to "
+                                   f"guess from, but it guessed {got}.")
+    path, p = list(context[len(context) - m:]), Fraction(1)
+    for j, t in enumerate(got):
+        after = followers_of(sequences, path)
+        if t not in after:
+            return f"its token {j + 1}, {t}, never came after {path}, so its path probability is 0."
+        p *= Fraction(after[t], suffix_count(sequences, path))
+        if p < min_prob:
+            return (f"its token {j + 1}, {t}, has path probability {float(p):.4g} (the product of D along the "
+                    f"guess), under min_prob; the guess must stop before it.")
+        path.append(t)
+    after = followers_of(sequences, path)
+    if len(got) < k and after:
+        t = min(after, key=lambda x: (-after[x], x))
+        q = p * Fraction(after[t], suffix_count(sequences, path))
+        if q >= min_prob:
+            return (f"it stops after {len(got)} tokens, but the next, {t}, the most counted after them, has path "
+                    f"probability {float(q):.4g} >= min_prob: stop only below min_prob, at k tokens, or when nothing "
+                    f"followed.")
+    return ""
+
+
+def a7_stop(guess, draws: Draws, hidden: bool) -> None:
+    """The depth is never what stops these guesses (the choice part judges it): depth > len(context) + k."""
+    cases = [([[1, 2, 3, 4], [1, 2, 3, 5], [1, 2, 6], [9, 1, 2]], [7, 1, 2], 0.3),  # D 2/4, then 1/2
+             ([[1, 2, 3, 4], [1, 2, 3, 5], [1, 2, 6], [9, 1, 2]], [7, 1, 2], 0.6),
+             ([[5, 6, 7, 8], [5, 6, 7, 8], [5, 6, 7, 9], [5, 6, 4]], [5, 6], 0.55)]  # D 3/4, then 2/3
+    cases = [(s, c, len(c) + 5, 4, min_prob) for s, c, min_prob in cases]
+    for _ in range(80 if hidden else 15):
+        sequences, context = suffix_case(draws)
+        k = 1 + draws.below(5)
+        depth = len(context) + k + 1 + draws.below(3)
+        cases.append((sequences, context, depth, k, threshold(draws, sequences, context, depth, k)))
+    outs = call_many("guess", guess, [(lists(s), list(c), d, k, p) for s, c, d, k, p in cases])
+    failed = []
+    for case, out in zip(cases, outs):
+        got = tokens_out(out, "guess", case[3])
+        why = stop_broken(*case, got)
+        if why:
+            failed.append((case, got, why))
+    if not failed:
+        return
+    (seqs, context, depth, k, min_prob), got, why = failed[0]
+    cause = named([(case, got) for case, got, _ in failed], [
+        ("That divides by the followers' total: D = count(path + [t]) / count(path), and count(path) also counts "
+         "the occurrences at the very end of a sequence, with nothing after them (the request's own context is "
+         "one).", lambda s, c, d, k, p: suffix_chain(s, c, d, k, p, over="followers")),
+        ("That compares each step's own D with min_prob: the path probability is the product of D along the whole "
+         "guess, the chance that every guess up to there is right.",
+         lambda s, c, d, k, p: suffix_chain(s, c, d, k, p, stop="step")),
+        ("That ignores min_prob: stop before a guess whose path probability is under it.",
+         lambda s, c, d, k, p: suffix_chain(s, c, d, k, p, stop="never")),
+        ("That ranks each follower by the count of the path it follows, the same for all of them, so the smallest "
+         "token id wins, and its D decides the stop: rank a follower t by its own count, count(path + [t]).",
+         lambda s, c, d, k, p: suffix_chain(s, c, d, k, p, rank="parent"))])
+    fail(f"guess(sequences={seqs}, context={context}, depth={depth}, k={k}, min_prob={min_prob}) returned {got} "
+         f"({len(failed)} of the cases failed): {why}", cause)
+
+
 # -- the parts ---------------------------------------------------------------------------------------------------
 
 class Part:
@@ -1440,6 +1749,13 @@ PARTS = {
                     ("confidence", "rerank")),
     "a6.mask": Part("tree_attention", "each node attends to itself and its ancestors, nothing else", a6_mask),
     "a6.positions": Part("tree_attention", "each node's position: the root's plus its depth", a6_positions),
+    "a7.followers": Part("followers", "the token right after each occurrence of the pattern, counted", a7_followers),
+    "a7.match": Part("longest_match", "the longest suffix, at most depth - 1 tokens, that something followed",
+                     a7_match, ("followers",)),
+    "a7.choice": Part("guess", "the most counted follower, ties to the smaller id, within k and the depth",
+                      a7_choice, ("followers", "longest_match")),
+    "a7.stop": Part("guess", "the guess stops before a path probability under min_prob", a7_stop,
+                    ("followers", "longest_match")),
 }
 
 # What of teachspec an assignment's code may import where it is graded: module -> (file, the names copied from it).
@@ -1453,7 +1769,7 @@ OFFERS = {
 # The correct versions that stand in for the other exercises a part's answer calls, as the code the sandbox runs:
 # this file's references, copied by their source.
 STAND_IN_SOURCES = (residual_of, torch_residual, speedup, torch_remove, reference_node_rule, common, reuse_of,
-                    confidence_of, rerank_of)
+                    confidence_of, rerank_of, suffix_count, followers_of, match_of)
 STAND_INS = """
 residual = torch_residual
 expected_speedup = speedup
@@ -1462,6 +1778,8 @@ node_rule = reference_node_rule()
 reused = lambda prompts, order: reuse_of(prompts, order)
 confidence = confidence_of
 rerank = lambda parents, tokens, confidences, nodes: rerank_of(parents, tokens, confidences, nodes)
+followers = lambda sequences, pattern: followers_of(sequences, pattern)
+longest_match = lambda sequences, context, depth: match_of(sequences, context, depth)
 """
 
 

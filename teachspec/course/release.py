@@ -60,7 +60,7 @@ c.Autograde.autograde_preprocessors = [
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
 
-# Assignment 3 loads a model and times it: give a cell minutes, not nbgrader's 30 seconds.
+# Assignments 3 and 7 load a model and run it: give a cell minutes, not nbgrader's 30 seconds.
 c.Execute.timeout = 300
 
 # Feedback shows each failed check's message: an error keeps its last line (the verdict) without the traceback.
@@ -73,7 +73,7 @@ c.GenerateFeedback.preprocessors = [
 
 
 def assignments() -> list[Path]:
-    """The solution notebooks, a1_... to a6_..., in order: what every grader here is laid out from."""
+    """The solution notebooks, a1_... to a7_..., in order: what every grader here is laid out from."""
     return sources()
 
 

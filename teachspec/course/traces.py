@@ -11,7 +11,8 @@ timestamps differ). `vllm_blocks` and `vllm_batching` are recorded from a vLLM s
 vLLM installed (TEACHSPEC_VLLM_PYTHON names its Python); without it, or with a pair other than the bundled one that
 the server serves, they are skipped with a message and the other traces are recorded as usual. `vllm_batching` is a
 timing: its events are the same requests each time, its times are the machine's, and its header says which machine
-and when (`Recorded`).
+and when (`Recorded`). `suffix_cache` is not the engine's log but the suffix tree's own (lecture 14): its nodes and
+guesses, which `RadixTreeView` draws as it draws the radix cache.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from teachspec.chat import Chat
 from teachspec.engine import Engine
 from teachspec.events import Counters, EventLog, Finish, RequestStart
 from teachspec.program import gen, run
+from teachspec.program.examples import agent_requests
+from teachspec.speculative.suffix import SuffixCache
 
 PROMPT = "Return a new dictionary"
 
@@ -273,8 +276,31 @@ def vllm_batching(pair) -> Recorded:
         return send_in_flight(server, pair)
 
 
+# -- lecture 14: the suffix cache ----------------------------------------------------------------------------------
+
+SUFFIX_DEPTH = 6        # the recorded tree's paths hold at most 6 tokens (the engine's default is 24): a picture
+SUFFIX_NEW_TOKENS = 24  # of a few dozen nodes, each path readable as a phrase
+
+
+def suffix_cache(pair) -> EventLog:
+    """Lecture 14: the engine's tree of earlier outputs (`SuffixCache`) while speculate="suffix" writes an agent's
+    three branches of thought on one problem, greedy, one after another: a node made for every suffix of what they
+    wrote (Insert, one token each) and the guess of every step (Match: the matched suffix's path and the branch it
+    proposes). Only the suffix tree's events: the engine's radix cache records into its own log, and one view of
+    both would draw two trees as one."""
+    engine = Engine(pair)
+    log = EventLog(pair=pair.name)
+    engine.learnt["suffix"] = SuffixCache(depth=SUFFIX_DEPTH, events=log)  # before the first request: it records
+    branches = [job for job in agent_requests(1, SUFFIX_NEW_TOKENS, encode=pair).requests
+                if job.group.endswith("tree of thought")]
+    for job in branches:
+        engine.generate(job.prompt, job.max_new_tokens, speculate="suffix", k=16)
+    return log
+
+
 TRACES = {"speculation": speculation, "radix_shared": radix_shared, "radix_eviction": radix_eviction,
-          "together": together, "vllm_blocks": vllm_blocks, "vllm_batching": vllm_batching}
+          "together": together, "vllm_blocks": vllm_blocks, "vllm_batching": vllm_batching,
+          "suffix_cache": suffix_cache}
 
 
 def record(pair, out: Path) -> dict[str, Path]:

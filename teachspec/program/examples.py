@@ -9,12 +9,17 @@ arguments built offline from the bundled documentation (`teachspec.workloads`):
 Where the tree pays: classify's examples are shared by every question of a batch; each chat turn and each ReAct
 step extends the previous prompt; the branches of a thought tree share the problem. Each `*_arguments` function
 returns a list of argument dicts for `run_batch`; `EXAMPLES` names them all for the benchmark.
+
+`agent_requests` turns the same programs' generation calls into plain requests, in the order an agent running
+them over many inputs sends them: the multi-request workload where suffix decoding (speculate="suffix") learns
+from earlier outputs.
 """
 
 from __future__ import annotations
 
 from teachspec import workloads
 from teachspec.program.calls import assistant, gen, select, system, user
+from teachspec.validate import check_int
 
 FEW_SHOT_QUESTION = "Question: "
 
@@ -99,6 +104,34 @@ def react_arguments(n_questions: int = 2, steps: int = 3, observation_tokens: in
     texts = [r.prompt.split("Question: ")[-1][:-len("\nAnswer:")] for r in docs]
     return [dict(question=texts[i * (steps + 1)], observations=texts[i * (steps + 1) + 1:(i + 1) * (steps + 1)],
                  max_tokens=max_tokens) for i in range(n_questions)]
+
+
+def agent_requests(n_tasks: int = 6, max_new_tokens: int = 96, seed: int = 0, encode=None) -> workloads.Workload:
+    """The generation calls of the programs above, run over `n_tasks` inputs, as plain requests in the order an
+    agent sends them: per task the first ReAct thought, three tree-of-thought branches on one problem, and a
+    classification where the program's `select` becomes a `gen` (the answer with its reason).
+
+    Each prompt is what the program's state holds at that call, cut where it would `gen`; the budgets are longer
+    than the programs' (whose calls stop at a newline) so that every request writes `max_new_tokens` tokens. What
+    repeats is what an agent repeats: the same frames (`Thought 1:`, `Answer:`) over different inputs, and branches
+    that differ in one number, so a model writes much the same text again from request to request (SuffixDecoding,
+    Oliaro et al., arXiv:2411.04975, measures up to 5.3x on such agentic workloads)."""
+    check_int("n_tasks", n_tasks, 1)
+    check_int("max_new_tokens", max_new_tokens, 1)
+    reacts = react_arguments(n_tasks, steps=1, seed=seed, encode=encode)
+    problems = tree_of_thought_arguments(n_tasks, branches=3, seed=seed, encode=encode)
+    questions = classify_arguments(n_tasks, seed=seed, encode=encode)
+    jobs = []
+    for i, (r, t, q) in enumerate(zip(reacts, problems, questions)):
+        jobs.append(workloads.Job("Answer the question with thoughts, actions and observations.\n\nQuestion: "
+                                  + r["question"] + "\nThought 1:", max_new_tokens, f"task {i}: react"))
+        for b in range(t["branches"]):
+            jobs.append(workloads.Job("Problem: " + t["problem"] + "\nThink it through, one thought per line.\n"
+                                      f"Thought {b + 1}:", max_new_tokens, f"task {i}: tree of thought"))
+        jobs.append(workloads.Job(q["examples"] + FEW_SHOT_QUESTION + q["question"] + "\nAnswer:", max_new_tokens,
+                                  f"task {i}: classify"))
+    return workloads.Workload("agentic", f"{n_tasks} tasks of an agent running the example programs: a ReAct "
+                                         f"thought, three branches of thought, a classification each", jobs)
 
 
 EXAMPLES = {

@@ -1,7 +1,8 @@
 """The course's two ideas in a real serving engine: vLLM's prefix cache and speculation, watched by teachspec.
 
     launch.py   start_vllm: a pair in vLLM's folder form, its OpenAI-compatible server on 127.0.0.1 with prefix
-                caching, KV events and (if asked) the draft model or prompt lookup; stopped by its pid
+                caching, KV events and (if asked) the draft model, prompt lookup or suffix decoding (with
+                arctic-inference, ARCTIC_INSTALL); stopped by its pid
     blocks.py   BlockTree: vLLM's cache of full blocks, named by a hash chain, as Insert and Evict events
     watch.py    Watcher: the server's KV-event socket and its /metrics, followed into an EventLog
     metrics.py  its Prometheus counters as alpha, acceptance by position and tokens per target pass

@@ -6,7 +6,8 @@ serves a teachspec pair on 127.0.0.1 with the two ideas of the course switched o
 
     --enable-prefix-caching     vLLM's prefix cache: full KV blocks indexed by a hash chain (kv_events.py)
     --kv-events-config          every block it stores or drops, published on a ZMQ socket
-    --speculative-config        the pair's draft model ("model") or prompt lookup ("ngram"), k guesses a step
+    --speculative-config        the pair's draft model ("model"), prompt lookup ("ngram") or suffix decoding
+                                ("suffix"), k guesses a step
 
     with start_vllm("tiny", speculate="model", k=3) as server:     # waits until /health answers
         server.url, server.events_endpoint, server.pid       # http://127.0.0.1:PORT, ipc://..., the pid
@@ -25,6 +26,12 @@ else `TEACHSPEC_API_KEY`): vLLM then answers /v1 only to requests with `Authoriz
 reads as it reads `--api-key`), not on its command line, which every user of the machine can read with `ps`. The
 ZMQ sockets of its KV events have no key: they are socket files made 0o700 (only their owner may connect) in a
 folder made 0o700.
+
+speculate="suffix" is vLLM's suffix decoding, which imports Snowflake's arctic-inference in vLLM's Python (its C++
+suffix tree; the same algorithm as teachspec/speculative/suffix.py). arctic-inference is a source distribution:
+`ARCTIC_INSTALL` says how to build it. Built elsewhere (`pip install --target DIR`), it is found through
+`TEACHSPEC_VLLM_PYTHONPATH=DIR`, which is vLLM's PYTHONPATH and nothing else; before the server starts, vLLM's
+Python is asked to import it, so a missing one is one clear error rather than a server that dies in its start.
 """
 
 from __future__ import annotations
@@ -54,6 +61,18 @@ INSTALL = ("Install vLLM in an environment of its own and point teachspec at its
            "    ~/vllm/bin/pip uninstall -y torchvision torchaudio torchcodec   # CPU: they break its transformers\n"
            "    python3 -m venv ~/vllm && ~/vllm/bin/pip install vllm                              # or: an NVIDIA GPU\n"
            "    export TEACHSPEC_VLLM_PYTHON=~/vllm/bin/python")
+ARCTIC_INSTALL = (
+    "Build Snowflake's arctic-inference (a source distribution; about 30 s on 2 CPUs, only its C++ suffix tree, no "
+    "CUDA) in a small environment that sees a CPU torch (its setup.py imports torch), then install it beside vLLM:\n"
+    "    python3 -m venv --system-site-packages ~/arctic-build   # a Python with torch >= 2.10, as vLLM's\n"
+    "    ~/arctic-build/bin/pip install cmake ninja nanobind==2.9.2 grpcio-tools setuptools wheel\n"
+    "    CMAKE_ARGS=-DPython_EXECUTABLE=$HOME/arctic-build/bin/python PATH=$HOME/arctic-build/bin:$PATH \\\n"
+    "        ~/arctic-build/bin/pip wheel --no-deps --no-build-isolation --no-binary arctic-inference -w ~/arctic "
+    "arctic-inference==0.3.0\n"
+    "    ~/vllm/bin/pip install --no-deps ~/arctic/arctic_inference-0.3.0-*.whl      # or, vLLM's environment "
+    "untouched:\n"
+    "    pip install --no-deps --target ~/arctic/site ~/arctic/arctic_inference-0.3.0-*.whl && "
+    "export TEACHSPEC_VLLM_PYTHONPATH=~/arctic/site")
 
 
 class ServerError(RuntimeError):
@@ -174,7 +193,44 @@ def command(python: str, folders: dict[str, Path], port: int, events: str, repla
     elif speculate == "ngram":
         cmd += ["--speculative-config", json.dumps({"method": "ngram", "num_speculative_tokens": k,
                                                     "prompt_lookup_max": 4, "prompt_lookup_min": 2})]
+    elif speculate == "suffix":  # at most k a step: fewer, or none, when the trees' match is short or unlikely
+        from teachspec.speculative.suffix import DEPTH, FACTOR  # as teachspec's SuffixDrafter guesses (torch here)
+        cmd += ["--speculative-config", json.dumps({"method": "suffix", "num_speculative_tokens": k,
+                                                    "suffix_decoding_max_tree_depth": DEPTH,
+                                                    "suffix_decoding_max_spec_factor": FACTOR,
+                                                    "suffix_decoding_min_token_prob": 0.1})]
     return cmd
+
+
+def server_environment(api_key: str | None = None) -> dict[str, str]:
+    """The environment vLLM runs in: this one, with its KV cache size, no telemetry, no hub, the key asked for,
+    and PYTHONPATH only what TEACHSPEC_VLLM_PYTHONPATH names (vLLM's environment has its own transformers: keep
+    ours out of its path)."""
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
+           "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    env.pop("PYTHONPATH", None)
+    extra = os.environ.get("TEACHSPEC_VLLM_PYTHONPATH")
+    if extra:
+        env["PYTHONPATH"] = os.pathsep.join(str(Path(p).expanduser()) for p in extra.split(os.pathsep) if p)
+    env.pop("VLLM_API_KEY", None)  # the key is the one asked for here, not one left in the shell
+    if api_key is not None:
+        env["VLLM_API_KEY"] = api_key  # not --api-key: a command line is readable by every user, an environment not
+    return env
+
+
+def arctic_missing(python: str, env: dict[str, str] | None = None, timeout: float = 120.0) -> str | None:
+    """Why `python` (vLLM's) cannot run speculate="suffix": None when it imports arctic-inference's suffix tree,
+    else what it said."""
+    env = server_environment() if env is None else env
+    try:
+        done = subprocess.run([python, "-c", "import arctic_inference.suffix_decoding"], env=env, timeout=timeout,
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"{type(e).__name__}: {e}"
+    if done.returncode == 0:
+        return None
+    lines = done.stdout.decode(errors="replace").strip().splitlines()
+    return lines[-1] if lines else f"exit status {done.returncode}"
 
 
 def start_vllm(pair: str | Path = "tiny", *, speculate: str | None = None, k: int = 3, port: int | None = None,
@@ -183,13 +239,14 @@ def start_vllm(pair: str | Path = "tiny", *, speculate: str | None = None, k: in
                api_key: str | None = None) -> VllmServer:
     """Start vLLM's OpenAI-compatible server on `pair` at 127.0.0.1 and return once `/health` answers.
 
-    speculate: None (plain decoding), "model" (the pair's draft model) or "ngram" (prompt lookup), k guesses a
-    step. kv_blocks caps the KV cache at that many blocks of `block_size` tokens (None: vLLM's own sizing), so
-    a small cache shows eviction. api_key (None: TEACHSPEC_API_KEY if set, else no key) is what its /v1 will ask
-    for. A server that exits or does not answer within `timeout` seconds is stopped and
-    a ServerError quotes the end of its output."""
+    speculate: None (plain decoding), "model" (the pair's draft model), "ngram" (prompt lookup) or "suffix" (suffix
+    decoding, with teachspec's SuffixDrafter settings; it needs arctic-inference where vLLM runs, ARCTIC_INSTALL),
+    k guesses a step (suffix: at most k). kv_blocks caps the KV cache at that many blocks of `block_size` tokens
+    (None: vLLM's own sizing), so a small cache shows eviction. api_key (None: TEACHSPEC_API_KEY if set, else no
+    key) is what its /v1 will ask for. A server that exits or does not answer within `timeout` seconds is stopped
+    and a ServerError quotes the end of its output."""
     if speculate not in SPECULATE:
-        raise ValueError(f"speculate must be one of {list(SPECULATE)} (vLLM's draft model or prompt lookup), got "
+        raise ValueError(f"speculate must be one of {list(SPECULATE)} (the drafters vLLM serves too), got "
                          f"{speculate!r}")
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 16:
         raise ValueError(f"k must be an int from 1 to 16 (guesses a step), got {k!r}")
@@ -206,6 +263,12 @@ def start_vllm(pair: str | Path = "tiny", *, speculate: str | None = None, k: in
         raise ValueError("api_key must be a non-empty string of printable characters without spaces at its ends "
                          "(it is sent in an HTTP header), or None for no key")
     python = vllm_python()
+    env = server_environment(api_key)
+    if speculate == "suffix":
+        why = arctic_missing(python, env)
+        if why is not None:
+            raise ServerError(f"speculate='suffix' needs Snowflake's arctic-inference in vLLM's Python ({python}), "
+                              f"which cannot import it: {why}. {ARCTIC_INSTALL}")
     scratch = None if workdir is not None else Path(tempfile.mkdtemp(prefix="teachspec-vllm-"))
     work = Path(workdir) if workdir is not None else scratch  # mkdtemp makes its folder 0o700
     work.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -216,12 +279,6 @@ def start_vllm(pair: str | Path = "tiny", *, speculate: str | None = None, k: in
     events = f"ipc://{work.resolve()}/kv-events"  # vLLM binds socket files: nothing outside this machine sees them
     replay = f"ipc://{work.resolve()}/kv-replay"
     log = work / "server.log"
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
-           "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    env.pop("PYTHONPATH", None)  # vLLM's environment has its own transformers: keep ours out of its path
-    env.pop("VLLM_API_KEY", None)  # the key is the one asked for here, not one left in the shell
-    if api_key is not None:
-        env["VLLM_API_KEY"] = api_key  # not --api-key: a command line is readable by every user, an environment not
     with log.open("wb") as out:
         process = subprocess.Popen(command(python, folders, port, events, replay, speculate, k, block_size,
                                            max_model_len, kv_blocks),

@@ -28,7 +28,8 @@ no torch here, as in the radix tree: token ids are ints.
 
 Given an EventLog, the tree records itself as the radix cache does (teachspec/events.py), so `RadixTreeView`
 draws it: an Insert for each node made (one token, `ids` its token), an Evict for each node a removal empties
-(leaves first), and a Match for each guess, naming the matched suffix's path from the root.
+(leaves first), and a Match for each guess, naming the matched suffix's path from the root and the nodes of the
+branch it proposes (`proposed`), which the view highlights apart from the match.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ class Guess:
     tokens: tuple[int, ...]
     prob: tuple[float, ...]
     match: int                                            # the match length the guess grew from
+    nodes: tuple[int, ...] = field(default=(), compare=False)  # the tree's node id of each guess (0: the match's)
 
 
 class SuffixTree:
@@ -200,13 +202,13 @@ class SuffixTree:
                 break  # nothing can score more than a full guess of certain tokens
         if self.events is not None and best_match is not None:
             self.events.emit(MatchEvent, node=best_match.node.id, length=best_match.length,
-                             path=list(best_match.path))
+                             path=list(best_match.path), proposed=list(best.nodes[1:]))
         return best
 
     def _grow_guess(self, m: SuffixMatch, root: int, shape: tuple[int, ...], limit: int, min_prob: float) -> Guess:
         """Best first from the matched node: a heap of (-path probability, order pushed, parent's index, token, its
         node, its depth)."""
-        parents, tokens, prob = [-1], [root], [1.0]
+        parents, tokens, prob, nodes = [-1], [root], [1.0], [m.node.id]
         heap, order = [], 0
 
         def offer(parent: int, node: SuffixNode, p: float, depth: int) -> None:
@@ -224,8 +226,9 @@ class SuffixTree:
             parents.append(parent)
             tokens.append(t)
             prob.append(-p)
+            nodes.append(node.id)
             offer(len(tokens) - 1, node, -p, depth + 1)
-        return Guess(tuple(parents), tuple(tokens), tuple(prob), m.length)
+        return Guess(tuple(parents), tuple(tokens), tuple(prob), m.length, tuple(nodes))
 
     @staticmethod
     def _likeliest(node: SuffixNode, n: int) -> list[tuple[int, SuffixNode]]:

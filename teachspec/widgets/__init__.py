@@ -14,6 +14,9 @@
     explore_speedup(alpha=0.8, c=0.05, k=4)            sliders the student drags: Theorem 3.8 against k, the
                                                        best k, and where speculation loses (see explore.py)
     explore_pass_cost(dict(zip(positions, ms)))        a slider over a measured pass-cost curve (lecture 1's)
+    explore_batch(pass_ms, batches, alpha, c)          sliders over speculation's speedup against the batch size,
+                                                       one curve per k, where each stops paying (lecture 13)
+    batch_figure(alpha, c, pass_ms, batches)           the same as a still figure (see batch.py)
     view.to_svg(), chart.to_svg()                      still pictures, for pages that run no widget or plotly.js
 
 A view reads nothing but events, so any trace saved with `EventLog.save` replays in it. Its frames are computed
@@ -37,9 +40,11 @@ Where things live, each module importing only those above it in this list:
     speculation.py, radix.py, token_tree.py   the views                     svg.py     tree and text as pictures
     export.py   views of a trace, side_by_side, export_html                 measure.py, charts.py   numbers
                                                                             chartsvg.py  a chart as a picture
+                                                                            explore.py, batch.py  sliders
 """
 
 from teachspec.widgets import charts
+from teachspec.widgets.batch import batch_figure, explore_batch
 from teachspec.widgets.explore import explore_pass_cost, explore_speedup
 from teachspec.widgets.export import export_html, side_by_side
 from teachspec.widgets.predict import Predict
@@ -47,5 +52,5 @@ from teachspec.widgets.radix import RadixTreeView
 from teachspec.widgets.speculation import SpeculationView
 from teachspec.widgets.token_tree import TokenTreeView
 
-__all__ = ["Predict", "RadixTreeView", "SpeculationView", "TokenTreeView", "charts", "explore_pass_cost",
-           "explore_speedup", "export_html", "side_by_side"]
+__all__ = ["Predict", "RadixTreeView", "SpeculationView", "TokenTreeView", "batch_figure", "charts",
+           "explore_batch", "explore_pass_cost", "explore_speedup", "export_html", "side_by_side"]

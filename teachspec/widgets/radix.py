@@ -3,7 +3,8 @@
 The view never looks at a RadixCache. It replays Match, Insert, Split, Evict, Lock and Unlock into a tree of its
 own, so a saved trace shows the same pictures as the live cache did:
 
-    Match     the matched path is highlighted (until the next lookup)
+    Match     the matched path is highlighted (until the next lookup), and a suffix tree's proposed branch
+              below it (`proposed`) apart from it
     Insert    a new leaf appears, under the node where the cached prefix ended
     Split     a node is cut in two: the new node above it takes its first `at` tokens
     Evict     a leaf fades out and its tokens are freed
@@ -97,6 +98,7 @@ class RadixTreeView(ReplayView):
         self._sequences: dict[int, list[int]] = {}     # request -> its prompt and new tokens so far
         self._gone: dict[int, int] = {}                # evicted node id -> the event that evicted it
         self._matched: list[int] = []                  # the last lookup's path
+        self._proposed: list[int] = []                 # the branch a suffix tree's last lookup proposed
         self._match_length = 0
         self._marks: dict[int, str] = {}               # this event's news: "new", "split" or "evicted"
         self._fading: int | None = None                # evicted by the last event: drawn once more, fading
@@ -138,9 +140,11 @@ class RadixTreeView(ReplayView):
         if isinstance(e, Match):
             path = [node(i) for i in e.path]
             self._matched, self._match_length = e.path, e.length
-            self._touch(path)
+            self._proposed = [node(i).id for i in e.proposed or ()]
+            self._touch(path + [self.nodes[i] for i in self._proposed])
             self._hold(path, e.request)
-            return f"lookup: {e.length} tokens cached, path {' -> '.join(map(str, e.path))}"
+            said = f"lookup: {e.length} tokens cached, path {' -> '.join(map(str, e.path))}"
+            return said + (f", proposing {len(self._proposed)} guesses below it" if self._proposed else "")
         if isinstance(e, Insert):
             parent = node(e.parent)
             self._touch([parent])
@@ -308,7 +312,7 @@ class RadixTreeView(ReplayView):
         folded = layout.fold(self.nodes, reversed(self._recency), self.max_nodes, self.max_depth,
                              max_columns=self.columns, focus=self._focus)
         spots, stubs = layout.place(self.nodes, folded)
-        matched = set(self._matched)
+        matched, proposed = set(self._matched), set(self._proposed)
         items = {}
         offsets = {0: 0}
         for n in sorted((self.nodes[i] for i in spots), key=lambda n: n.depth):  # parents before children
@@ -319,7 +323,8 @@ class RadixTreeView(ReplayView):
             item = {"key": f"n{n.id}", "id": n.id, "parent": None if n.parent is None else f"n{n.parent}",
                     "x": spot.x, "y": spot.y, "tokens": n.tokens, "locks": n.locks,
                     "text": None if text is None else text[:80], "mark": self._marks.get(n.id, ""),
-                    "matched": n.id in matched, "offset": offsets[n.id], "requests": n.requests}
+                    "matched": n.id in matched, "proposed": n.id in proposed, "offset": offsets[n.id],
+                    "requests": n.requests}
             if text is None and n.ids:
                 item["ids"] = n.ids[:12]
             items[item["key"]] = item

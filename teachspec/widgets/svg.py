@@ -34,7 +34,7 @@ def escape(text: str) -> str:
     return html.escape(pictured(text))
 
 
-COLORS = {"matched": "#fde68a", "new": "#bbf7d0", "split": "#ddd6fe", "evicted": "#e5e7eb", "": "#ffffff"}
+COLORS = {"matched": "#fde68a", "proposed": "#bfdbfe", "new": "#bbf7d0", "split": "#ddd6fe", "evicted": "#e5e7eb", "": "#ffffff"}
 COLUMN, ROW, BOX_W, BOX_H = 120, 70, 108, 42   # the fallback's geometry, in pixels
 
 
@@ -58,7 +58,8 @@ def label(item: dict, width: int = 16) -> tuple[str, str]:
 def fill(item: dict) -> str:
     if item.get("stub"):
         return "#f3f4f6"
-    return COLORS[item.get("mark") or ("matched" if item.get("matched") else "")]
+    return COLORS[item.get("mark") or ("matched" if item.get("matched") else "proposed" if item.get("proposed")
+                                       else "")]
 
 
 def tree_svg(snapshot: Snapshot) -> str:

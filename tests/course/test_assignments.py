@@ -248,7 +248,7 @@ def _solution_module(assignment: str, folder: Path, monkeypatch) -> object:
 def test_the_solutions_pass_the_whole_exercise_checks(tmp_path, monkeypatch, capsys):
     """Each exercise's check, called as a script or a test would call it: on the answer of a module, judged on
     the code of the module's file, every part of it."""
-    a1, a2, a3, a4, a5, a6 = (_solution_module(a, tmp_path, monkeypatch) for a in sorted(cs.ASSIGNMENTS))
+    a1, a2, a3, a4, a5, a6, a7 = (_solution_module(a, tmp_path, monkeypatch) for a in sorted(cs.ASSIGNMENTS))
     checks.check_acceptance_rule(a1.speculative_step)
     checks.check_radix(a2.Radix)
     checks.check_choose_k(a3.choose_k)
@@ -258,8 +258,11 @@ def test_the_solutions_pass_the_whole_exercise_checks(tmp_path, monkeypatch, cap
     checks.check_dfs_order(a5.dfs_order)
     checks.check_dynamic_tree(a6.grow)
     checks.check_tree_attention(a6.tree_attention)
+    checks.check_followers(a7.followers)
+    checks.check_longest_match(a7.longest_match)
+    checks.check_suffix_guess(a7.guess)
     said = capsys.readouterr().out
-    assert said.count("All checks passed.") == 8 and said.count("ok  a") == 17, said
+    assert said.count("All checks passed.") == 11 and said.count("ok  a") == 21, said
 
 
 # -- wrong implementations written other ways, and what the checks say -------------------------------------------
@@ -464,7 +467,7 @@ def test_a4_without_replacement_never_accepts_a_second_child_less_often():
         assert h_wr[1] >= h_ind[1] - 1e-12, (p, q, h_ind, h_wr)
 
 
-# -- assignments 5 and 6: the grader's references against the library's ----------------------------------------------
+# -- assignments 5 to 7: the grader's references against the library's -----------------------------------------------
 
 def test_a5_the_grader_s_orders_and_rates_are_the_librarys():
     from teachspec import workloads
@@ -534,6 +537,47 @@ def test_a6_the_grader_s_tree_is_the_engine_s_dynamic_tree_and_its_mask_the_engi
         allowed = (mask[0, 0] == 0)[1:].tolist()  # the nodes' rows; keys: the root, then nodes 1 .. n-1
         assert allowed == [[j in grading.ancestors(parents, i) for j in range(n)] for i in range(1, n)]
         assert (positions[1:] - positions[0]).tolist() == grading.depth_of(parents)[1:]
+
+
+def test_a7_the_grader_s_counts_match_and_guess_are_the_suffix_tree_s():
+    """followers_of and suffix_count against the counts of teachspec's SuffixTree, match_of against its match, and
+    suffix_chain against its guess wherever that guess grows from the longest match (it tries every match length
+    and keeps the best); then Part 5's example of what the chain gives up, and the tree that keeps it."""
+    from teachspec.course import grading
+    from teachspec.speculative.suffix_tree import SuffixTree
+
+    draws, agreed = grading.Draws(8), 0
+    for _ in range(300):
+        sequences, context = grading.suffix_case(draws)
+        depth, k = 2 + draws.below(7), 1 + draws.below(5)
+        min_prob = grading.threshold(draws, sequences, context, depth, k) if draws.uniform() < 0.5 else 0.0
+        tree = SuffixTree(depth)
+        for i, s in enumerate(sequences):
+            tree.add(i, s)
+        for start in range(max(0, len(context) - depth), len(context)):  # each suffix the tree can hold
+            pattern, node = context[start:], tree.root
+            for t in pattern:
+                node = node.children.get(t) if node is not None else None
+            assert grading.suffix_count(sequences, pattern) == (node.count if node is not None else 0)
+            if len(pattern) < depth:  # a path of depth tokens has no children
+                assert grading.followers_of(sequences, pattern) == (
+                    {t: child.count for t, child in node.children.items()} if node is not None else {})
+        assert grading.match_of(sequences, context, depth) == tree.match(context).length, (sequences, context)
+        guessed = tree.guess(context, (1,) * k, min_prob=min_prob)
+        if guessed.match == tree.match(context).length:
+            assert list(guessed.tokens[1:]) == grading.suffix_chain(sequences, context, depth, k, min_prob)
+            agreed += 1
+    assert agreed > 150, agreed
+    # Part 5 (b): the chain's first two tokens are not the likeliest two; a tree with two children keeps those
+    sequences = [[1, 2, 5], [1, 2, 6], [1, 2, 7], [1, 3, 8], [1, 3, 8]]
+    tree = SuffixTree(8)
+    for i, s in enumerate(sequences):
+        tree.add(i, s)
+    assert grading.suffix_chain(sequences, [1], 8, 2, 0.0) == [2, 5]
+    branched = tree.guess([1], (2, 1), limit=3, min_prob=0.0)
+    assert branched.tokens[1:] == (2, 3, 8) and branched.parents == (-1, 0, 0, 2)
+    assert branched.prob[3] == pytest.approx(0.4)  # [3, 8], against the chain's [2, 5] at 0.2
+    assert tree.guess([1], (1, 1), min_prob=0.0).prob[2] == pytest.approx(0.2)
 
 
 # -- the notebooks an instructor grades from -----------------------------------------------------------------------

@@ -178,8 +178,9 @@ def _damaged(value, hint) -> list:
     return []
 
 
-PRESENT = {"top_p": [[9, 0.6]], "top_q": [[9, 0.5]], "top_residual": [[2, 0.4]], "ids": [1, 2, 3, 4, 5]}  # for
-# the optional fields the valid trace leaves out (the insert's ids: one per each of its 5 tokens)
+PRESENT = {"top_p": [[9, 0.6]], "top_q": [[9, 0.5]], "top_residual": [[2, 0.4]], "ids": [1, 2, 3, 4, 5],
+           "proposed": [3, 4]}  # for the optional fields the valid trace leaves out (the insert's ids: one per
+# each of its 5 tokens; a suffix tree's match proposes nodes below it)
 MEANINGLESS = []
 for kind, i in FIRST.items():
     row, hints = ROWS[i], typing.get_type_hints(KINDS[kind], include_extras=True)

@@ -178,11 +178,50 @@ BUGS: dict[str, dict[str, tuple[str, list[tuple[str, str]], set[str], str]]] = {
             "tree_attention", [("positions[i] = positions[parents[i]] + 1", "positions[i] = i")], {"positions"},
             r"index in the flattened tree"),
     },
+    "a7": {
+        "followers read one token early": (
+            "followers", [("out[s[i + n]] = out.get(s[i + n], 0) + 1",
+                           "out[s[i + n - 1]] = out.get(s[i + n - 1], 0) + 1")], {"followers"}, r"the pattern's own"),
+        "only the last occurrence counted": (
+            "followers", [("                out[s[i + n]] = out.get(s[i + n], 0) + 1\n",
+                           "                out = {s[i + n]: 1}\n")], {"followers"}, r"most recent match"),
+        "an occurrence at the end read past it": (
+            "followers", [("range(len(s) - n)", "range(len(s) - n + 1)")], {"followers"}, r"nothing after it"),
+        "the match may fill the whole depth": (
+            "longest_match", [("min(depth - 1, len(context))", "min(depth, len(context))")], {"match"},
+            r"the match is at most depth - 1 tokens"),
+        "a match with nothing after it": (
+            "longest_match", [("if followers(sequences, context[len(context) - m:]):",
+                               "if count(sequences, context[len(context) - m:]):")], {"match"},
+            r"only at the very end of one"),
+        "the shortest match": (
+            "longest_match", [("range(min(depth - 1, len(context)), 0, -1)",
+                               "range(1, min(depth - 1, len(context)) + 1)")], {"match"}, r"shortest suffix"),
+        "ties to the larger token id": (
+            "guess", [("key=lambda x: (-after[x], x)", "key=lambda x: (-after[x], -x)")], {"choice"},
+            r"Ties go to the smaller token id"),
+        "followers ranked by the node's count": (
+            "guess", [("key=lambda x: (-after[x], x)", "key=lambda x: (-count(sequences, path), x)")],
+            {"choice", "stop"}, r"rank a follower t by its own count"),  # its choice's D stops it where it should not
+        "the guess runs past the depth": (
+            "guess", [("while len(out) < k and len(path) < depth:", "while len(out) < k:")], {"choice"},
+            r"guess at most depth - m"),
+        "the guess stops one short of the depth": (
+            "guess", [("len(path) < depth:", "len(path) < depth - 1:")], {"choice"}, r"not one fewer"),
+        "D over the followers' total": (
+            "guess", [("prob *= after[t] / count(sequences, path)", "prob *= after[t] / sum(after.values())")],
+            {"stop"}, r"divides by the followers' total"),
+        "each step's D against min_prob": (
+            "guess", [("prob *= after[t]", "prob = after[t]")], {"stop"}, r"each step's own D"),
+        "min_prob ignored": (
+            "guess", [("        if prob < min_prob:\n            break\n", "")], {"stop"}, r"ignores min_prob"),
+    },
 }
 
 # One classic bug per assignment for the graders' round trips.
 ROUND_TRIP_BUG = {"a1": "resample from p, not the residual", "a2": "locks ignored", "a3": "k = 0 left out",
-                  "a4": "p' never updated", "a5": "branches in token order", "a6": "the causal mask"}
+                  "a4": "p' never updated", "a5": "branches in token order", "a6": "the causal mask",
+                  "a7": "ties to the larger token id"}
 
 # Ways to game the checks: name -> (assignment, what it starts from: the solution (None), "blank" or a bug, the
 # exercise cell its code is appended to, the code, the parts it must not earn).
@@ -279,6 +318,32 @@ GAMING = {
     "a6 replaces the check functions": ("a6", "blank", "grow", (
         "import teachspec.course.checks as _c\n"
         "_c.check = lambda *a, **k: print('ok')"), {"confidence", "rerank", "grow", "mask", "positions"}),
+    "a7 guess hands the sequences to teachspec's SuffixTree": ("a7", None, "guess", (
+        "from teachspec.speculative.suffix_tree import SuffixTree\n"
+        "def guess(sequences, context, depth, k, min_prob):\n"
+        "    tree = SuffixTree(depth)\n"
+        "    for i, s in enumerate(sequences):\n"
+        "        tree.add(i, s)\n"
+        "    m = tree.match(context)\n"
+        "    if m.length == 0:\n"
+        "        return []\n"
+        "    return list(tree._grow_guess(m, context[-1], (1,) * min(k, depth - m.length), k, min_prob).tokens[1:])"),
+        {"choice", "stop"}),
+    "a7 followers wraps SuffixTree's counts": ("a7", None, "followers", (
+        "from teachspec.speculative.suffix_tree import SuffixTree\n"
+        "def followers(sequences, pattern):\n"
+        "    tree = SuffixTree(len(pattern) + 1)\n"
+        "    for i, s in enumerate(sequences):\n"
+        "        tree.add(i, s)\n"
+        "    node = tree.root\n"
+        "    for t in pattern:\n"
+        "        node = node.children.get(t)\n"
+        "        if node is None:\n"
+        "            return {}\n"
+        "    return {t: child.count for t, child in node.children.items()}"), {"followers"}),
+    "a7 replaces the check functions": ("a7", "blank", "guess", (
+        "import teachspec.course.checks as _c\n"
+        "_c.check = lambda *a, **k: print('ok')"), {"followers", "match", "choice", "stop"}),
 }
 
 

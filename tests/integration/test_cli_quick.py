@@ -56,7 +56,7 @@ LEAVES = [words for words, ap in COMMANDS.items() if words and not any(
 def test_every_command_is_here():
     assert sorted(" ".join(w) for w in LEAVES) == sorted([
         "generate", "demo", "student", "traces", "pin", "course", "grading", "bench speculative", "bench mechanics",
-        "bench radix", "bench program", "bench widgets", "bench contention", "bench serving", "serve"])
+        "bench radix", "bench program", "bench widgets", "bench contention", "bench serving", "bench batch", "serve"])
 
 
 @pytest.mark.parametrize("words", list(COMMANDS), ids=lambda w: " ".join(w) or "teachspec")
@@ -101,6 +101,8 @@ BAD = [
     (("bench", "widgets", "--repeats", "0"), "argument --repeats: must be >= 1, got 0", False),
     (("bench", "contention", "--busy", "-1"), "argument --busy: must be >= 0, got -1", False),
     (("bench", "serving", "--concurrency", "0"), "argument --concurrency: must be >= 1, got 0", False),
+    (("bench", "batch", "--batches", "4", "2"), "argument --batches: must be increasing, got 4 2", False),
+    (("bench", "batch", "--k", "0"), "argument --k: must be >= 1, got 0", False),
     (("serve", "--speculate", "eagle"), "argument --speculate: 'eagle' is not one of none, model, ngram", False),
     (("serve", "--kv-blocks", "1"), "argument --kv-blocks: must be >= 2, got 1", False),
     (("serve", "--pair", "/no/such/pair"), "'/no/such/pair' is neither tiny (the bundled pair) nor a folder", False),
@@ -111,6 +113,8 @@ BAD = [
     (("course", "pyproject.toml"), "dest='pyproject.toml' is a file", False),
     (("bench", "radix", "--workloads", "sudoku"), "workloads ['sudoku'] are not workloads", True),
     (("bench", "program", "--examples", "sudoku"), "examples ['sudoku'] are not example programs", True),
+    (("bench", "speculative", "--workloads", "sudoku"), "workloads ['sudoku'] are not workloads of this bench", True),
+    (("bench", "speculative", "--scale", "0"), "argument --scale: must be >= 1, got 0", False),
     (("traces", "--pair", "nope"), "pair 'nope' is not one of", True),
 ]
 

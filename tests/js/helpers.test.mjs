@@ -203,6 +203,7 @@ test("node labels and classes", () => {
   assert.deepEqual(nodeLines({ stub: true, parent: "n0", folded: 12, tokens: 80 }), ["+12 nodes", "80 tok folded"]);
   assert.equal(nodeClass({ parent: "n0", mark: "new", matched: true, locks: 1 }), "ts-node new matched locked");
   assert.equal(nodeClass({ parent: null }), "ts-node root");
+  assert.equal(nodeClass({ parent: "n3", proposed: true }), "ts-node proposed"); // a suffix tree's guess
   assert.equal(nodeClass({ parent: "n1", stub: true }), "ts-node stub");
 });
 

@@ -182,6 +182,24 @@ def test_copy_heavy_prompt_already_holds_its_continuation():
         W.copy_heavy(passage_tokens=32, max_new_tokens=32)
 
 
+def test_code_edits_rewrite_each_file_several_times_and_each_prompt_ends_in_its_opening():
+    w = W.code_edits(n_files=2, edits=3, passage_tokens=80, opening_tokens=12, max_new_tokens=40)
+    assert [r.group for r in w.requests] == ["file 0"] * 3 + ["file 1"] * 3
+    files = []
+    for request in w.requests:
+        file, rest = request.prompt[len("File:\n"):].split("\n\nRewrite the file above, ")
+        edit, opening = rest.split(".\n\n", 1)
+        assert file.startswith(opening) and len(encode(opening)) <= 12 and 70 <= len(encode(file)) <= 80
+        assert request.max_new_tokens == 40
+        files.append((file, edit))
+    assert files[0][0] == files[2][0] != files[3][0]  # the same file edited, then the next one
+    assert len({edit for _, edit in files[:3]}) == 3  # a different change each time
+    for build, message in ((lambda: W.code_edits(edits=len(W.EDITS) + 1), "edits must be <= "),
+                           (lambda: W.code_edits(passage_tokens=16, opening_tokens=16), "opening_tokens must be <")):
+        with pytest.raises(ValueError, match=message):
+            build()
+
+
 def test_docs_completion_continues_held_out_documentation():
     w = W.docs_completion(n_prompts=10, prompt_tokens=64, max_new_tokens=32)
     for request in w.requests:

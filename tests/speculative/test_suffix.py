@@ -101,7 +101,10 @@ def test_the_hybrid_takes_the_trees_guess_when_confident_and_the_draft_models_ot
     cache.extend(cache.new_id(), seen)
     params = SamplingParams()
     known = hybrid.propose(seen[:8], 3, params, None)
-    assert hybrid.last == "suffix" and known.q is None and known.tokens == seen[8:11] and known.passes == 0
+    assert hybrid.last == "suffix" and known.q is None and known.passes == 0
+    assert len(known.tokens) > 3 and known.tokens == seen[8:8 + len(known.tokens)]  # a chain past the model's k
+    capped = HybridDrafter(SuffixDrafter(cache), ModelDrafter(pair.draft, pair.vocab_size), longest=4)
+    assert capped.propose(seen[:8], 3, params, None).tokens == seen[8:12]
     novel = pair.encode("The weather on Mars")
     hybrid.reset()
     fresh = hybrid.propose(novel, 3, params, None)
@@ -109,6 +112,8 @@ def test_the_hybrid_takes_the_trees_guess_when_confident_and_the_draft_models_ot
     assert hybrid.last == "model" and fresh.tokens == alone.tokens and fresh.passes == 3 and fresh.q is not None
     with pytest.raises(ValueError, match="threshold"):
         HybridDrafter(SuffixDrafter(cache), ModelDrafter(pair.draft, pair.vocab_size), threshold=-1)
+    with pytest.raises(ValueError, match="longest"):
+        HybridDrafter(SuffixDrafter(cache), ModelDrafter(pair.draft, pair.vocab_size), longest=0)
 
 
 # -- in the engine ----------------------------------------------------------------------------------------------
@@ -205,15 +210,20 @@ def test_the_engines_tree_records_itself_and_the_radix_view_draws_it_node_for_no
     cache.extend(1, [2, 3, 4])
     cache.extend(2, [5, 1, 2, 3, 6])  # 13 > 12 tokens: the least recently used output (0) goes
     assert set(cache.tree.sequences) == {1, 2}
-    drafter = SuffixDrafter(cache)
+    drafter = SuffixDrafter(cache, factor=1.0)  # one guess per matched token: "2" alone earns one, "1 2" two
     drafter.propose([9, 1, 2], 2)
     matches = log.of(Match)
     assert matches and matches[-1].length == 2  # "1 2", as the view will highlight it
+    one_two_three = cache.tree.root.children[1].children[2].children[3]
+    assert matches[-1].proposed == [one_two_three.id]  # the guess: 3, the node below the match
     again = EventLog.load(log.save(Path(tempfile.mkdtemp()) / "suffix.jsonl"))  # a trace that loads
     view = RadixTreeView(again, max_nodes=500, max_depth=8)
     fading = {i["id"] for i in view.snapshot().items.values() if i.get("mark") == "evicted"}
     drawn = {n: (view.nodes[n].parent, view.nodes[n].ids) for n in view.nodes if n and n not in fading}
     assert drawn == {n: (parent, [t]) for n, (parent, t) in nodes_of(cache.tree).items()}
+    items = view.snapshot().items.values()
+    assert [i["id"] for i in items if i.get("proposed")] == [one_two_three.id]
+    assert sorted(i["id"] for i in items if i.get("matched")) == sorted(matches[-1].path)
 
 
 def test_without_a_log_the_tree_records_nothing():
