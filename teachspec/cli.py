@@ -327,14 +327,14 @@ def cmd_bench_serving(args) -> None:
 
 
 def cmd_bench_batch(args) -> None:
+    if args.batches != sorted(set(args.batches)):  # before any import: a mistake costs no torch
+        args.parser.error(f"argument --batches: must be increasing, got {' '.join(map(str, args.batches))}")
     from teachspec.bench import batch
     from teachspec.models import load_pair
     from teachspec.serving import vllm_python
     from teachspec.threads import set_threads
     from teachspec.workloads import docs_completion
 
-    if args.batches != sorted(set(args.batches)):
-        args.parser.error(f"argument --batches: must be increasing, got {' '.join(map(str, args.batches))}")
     with server_errors(args):
         vllm_python()  # vLLM missing: say how to install it before anything loads
         if args.threads is not None:

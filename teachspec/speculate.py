@@ -15,6 +15,8 @@ launcher and the k policies all read it:
     start_k      the constant k a cold adaptive policy starts from: the best constant k (or close to it) in the
                  bench runs on 2 CPU cores (teachspec/bench/README.md)
     served       vLLM serves it too (`start_vllm(speculate=...)`, `teachspec serve`): SERVED lists them
+    title        what a table calls it; "" for the teaching devices (the oracle, the adversary), which the
+                 benches leave out
 
 Adding a drafter is a class with the drafter interface and one line in DRAFTERS. `speculate=None` is plain
 decoding: no drafter, k = 0.
@@ -43,6 +45,7 @@ class DrafterSpec:
     needs: str | None = None
     start_k: int = 3
     served: bool = False
+    title: str = ""
 
 
 def _model(pair, ngram: int, learnt: dict):
@@ -83,13 +86,16 @@ def _hybrid(pair, ngram: int, learnt: dict):
 
 
 DRAFTERS: dict[str, DrafterSpec] = {spec.name: spec for spec in (
-    DrafterSpec("model", _model, trees=True, dynamic=True, needs="draft", start_k=3, served=True),
-    DrafterSpec("eagle", _eagle, trees=True, dynamic=True, needs="eagle", start_k=5),
-    DrafterSpec("ngram", _ngram, trees=True, start_k=8, served=True),
+    DrafterSpec("model", _model, trees=True, dynamic=True, needs="draft", start_k=3, served=True,
+                title="draft model"),
+    DrafterSpec("eagle", _eagle, trees=True, dynamic=True, needs="eagle", start_k=5, title="EAGLE head"),
+    DrafterSpec("ngram", _ngram, trees=True, start_k=8, served=True, title="prompt lookup"),
     DrafterSpec("oracle", _oracle, trees=True, dynamic=True, start_k=8),
     DrafterSpec("adversary", _adversary, needs="draft"),
-    DrafterSpec("suffix", _suffix, trees=True, start_k=16, served=True),  # no draft pass: long guesses pay
-    DrafterSpec("hybrid", _hybrid, trees=True, needs="draft", start_k=3),  # the draft model's; the trees go to 16
+    DrafterSpec("suffix", _suffix, trees=True, start_k=16, served=True,  # no draft pass: long guesses pay
+                title="suffix"),
+    DrafterSpec("hybrid", _hybrid, trees=True, needs="draft", start_k=3,  # the draft model's; the trees go to 16
+                title="hybrid"),
 )}
 
 SERVED = tuple(name for name, d in DRAFTERS.items() if d.served)

@@ -40,19 +40,12 @@ from teachspec.bench.table import table
 from teachspec.busy import Watch, warning
 from teachspec.engine import Engine
 from teachspec.models.pair import Pair
-from teachspec.speculate import start_k
+from teachspec.speculate import DRAFTERS, start_k
 from teachspec.stats import Stats
 from teachspec.validate import check_int
 from teachspec.workloads import Workload
 
-METHODS = {  # name -> speculate (k: the registry's start k)
-    "plain": None,
-    "prompt lookup": "ngram",
-    "suffix": "suffix",
-    "draft model": "model",
-    "EAGLE head": "eagle",
-    "hybrid": "hybrid",
-}
+METHODS = {"plain": None} | {d.title: d.name for d in DRAFTERS.values() if d.title}  # table name -> speculate
 
 
 NAMES = ("agentic", "code_edits", "novel")
@@ -90,8 +83,8 @@ class Tally:
 
 def methods_for(pair: Pair) -> dict[str, str | None]:
     """The methods this pair can run: no draft model, no draft model rows; no EAGLE head, no EAGLE row."""
-    needs = {"model": pair.draft, "hybrid": pair.draft, "eagle": getattr(pair, "eagle", None)}
-    return {name: s for name, s in METHODS.items() if needs.get(s, True) is not None}
+    return {name: s for name, s in METHODS.items()
+            if s is None or DRAFTERS[s].needs is None or getattr(pair, DRAFTERS[s].needs, None) is not None}
 
 
 def run(pair: Pair, workload: Workload, progress=None) -> dict[str, Tally]:
