@@ -179,6 +179,13 @@ def add_sampling_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--seed", type=whole(0), default=0, help="random seed (default 0)")
 
 
+def add_served_args(ap: argparse.ArgumentParser) -> None:
+    """The benches that start vLLM servers: a bundled pair (vLLM serves it by name) and teachspec's threads."""
+    ap.add_argument("--pair", type=bundled_pair, default="tiny", help="a bundled pair (default: tiny)")
+    ap.add_argument("--threads", type=whole(1), default=None,
+                    help="CPU threads for teachspec's torch (default: the policy; vLLM chooses its own)")
+
+
 def add_json_arg(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--json", type=new_file, default=None, help="also write the results here, as JSON")
 
@@ -534,9 +541,7 @@ def parser() -> Parser:
 
     bv = command(bsub, "serving", help="teachspec and vLLM on the bundled pair, greedy, side by side; vLLM's "
                                          "throughput with many requests")
-    bv.add_argument("--pair", type=bundled_pair, default="tiny", help="a bundled pair (default: tiny)")
-    bv.add_argument("--threads", type=whole(1), default=None,
-                    help="CPU threads for teachspec's torch (default: the policy; vLLM chooses its own)")
+    add_served_args(bv)
     bv.add_argument("--prompts", type=whole(1), default=8, help="prompts decoded one at a time (default 8)")
     bv.add_argument("--new-tokens", type=whole(1), default=96, help="tokens decoded per prompt (default 96)")
     bv.add_argument("--concurrency", type=whole(1), nargs="+", default=[8, 32],
@@ -546,9 +551,7 @@ def parser() -> Parser:
 
     bb = command(bsub, "batch", help="speculation as the batch grows: the formula from this engine's pass costs "
                                      "against vLLM's throughput, plain and draft model, at each batch")
-    bb.add_argument("--pair", type=bundled_pair, default="tiny", help="a bundled pair (default: tiny)")
-    bb.add_argument("--threads", type=whole(1), default=None,
-                    help="CPU threads for teachspec's torch (default: the policy; vLLM chooses its own)")
+    add_served_args(bb)
     bb.add_argument("--prompts", type=whole(1), default=32, help="prompts, taken in turn by the batches (default 32)")
     bb.add_argument("--new-tokens", type=whole(1), default=64, help="tokens decoded per request (default 64)")
     bb.add_argument("--batches", type=whole(1), nargs="+", default=[1, 2, 4, 8, 16, 32, 64, 128],
