@@ -8,6 +8,7 @@
     teachspec bench contention                       # decoding next to busy processes, with and without the policy
     teachspec bench serving                          # teachspec and vLLM on the same pair, side by side
     teachspec bench batch                            # speculation as the batch grows: the formula against vLLM
+    teachspec bench routing                          # every routing policy on 2 vLLM replicas, beside the simulator
     teachspec serve --speculate model                # vLLM's server on the bundled pair, until Ctrl-C
     teachspec course my-course                       # the notebooks, assignments and traces, ready to open
     teachspec course my-key --with-solutions         # the instructor's copy: solutions, INSTRUCTORS.md
@@ -25,6 +26,7 @@ decoding wherever a command takes `--speculate`. Ctrl-C ends a command with one 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import re
 import sys
@@ -32,6 +34,7 @@ from pathlib import Path
 
 from teachspec.arguments import COURSE, Parser, description, new_file, whole
 
+from teachspec.routing import POLICIES  # the routers' policies: a tuple of names, nothing imported behind it
 from teachspec.speculate import DRAFTERS, SERVED  # the registry of drafters: no torch behind it
 
 SPECULATE_CHOICES = (*DRAFTERS, "none")  # none: plain decoding
@@ -354,13 +357,50 @@ def cmd_bench_batch(args) -> None:
     save_json(result, args.json)
 
 
+def cmd_bench_routing(args) -> None:
+    if len(set(args.policies)) != len(args.policies):  # before any import: a mistake costs no torch
+        args.parser.error(f"argument --policies: must be distinct, got {' '.join(args.policies)}")
+    from teachspec.bench import routing
+    from teachspec.models import load_pair
+    from teachspec.threads import set_threads
+
+    with server_errors(args):
+        if args.threads is not None:
+            set_threads(args.threads)
+        result = routing.bench(load_pair(args.pair), args.policies, replicas=args.replicas, kv_blocks=args.kv_blocks,
+                               concurrency=args.concurrency, n_tenants=args.tenants, n_requests=args.requests,
+                               zipf=args.zipf, system_tokens=args.system_tokens, trace=args.trace)
+    if args.json is True:  # --json alone: the result as JSON instead of the table
+        print(json.dumps(result.as_dict(), indent=2))
+    else:
+        print(routing.markdown(result))
+        save_json(result.as_dict(), args.json)
+
+
 def cmd_serve(args) -> None:
     import time
 
-    from teachspec.serving import start_vllm, vllm_python
+    from teachspec.serving import router_binary, start_cluster, start_vllm, vllm_python
 
     with server_errors(args):
         vllm_python()  # vLLM missing: say so, and how to install it, before anything starts
+        if args.replicas > 1 or args.router is not None:
+            router_binary()  # likewise the router
+            policy = args.router or "cache_aware"
+            print(f"starting {args.replicas} vLLM replicas on {args.pair} behind vllm-router ({policy}); about "
+                  f"{40 * args.replicas} s on 2 CPUs ...", flush=True)
+            with start_cluster(args.pair, args.replicas, policy, kv_blocks=args.kv_blocks or 64,
+                               speculate=args.speculate, k=args.k, api_key=args.api_key) as cluster:
+                print(f"router     {cluster.url}  (/v1/completions; policy {policy}; log: {cluster.router_log})")
+                for i, server in enumerate(cluster.servers):
+                    print(f"replica {i}  {server.url}  pid {server.pid}  kv events {server.events_endpoint}  "
+                          f"(log: {server.log})")
+                print("Ctrl-C stops them all", flush=True)
+                while all(cluster.alive()) and cluster.router.poll() is None:
+                    time.sleep(0.5)
+                down = [i for i, up in enumerate(cluster.alive()) if not up]
+                raise RuntimeError(f"replica {down[0]} exited:\n{cluster.servers[down[0]].tail()}" if down else
+                                   f"the router exited with status {cluster.router.returncode}")
         print(f"starting vLLM on {args.pair} (speculate={args.speculate or 'none'}, k={args.k}); about 30 s on 2 "
               f"CPUs ...", flush=True)
         with start_vllm(args.pair, speculate=args.speculate, k=args.k, port=args.port, kv_blocks=args.kv_blocks,
@@ -563,10 +603,33 @@ def parser() -> Parser:
     add_json_arg(bb)
     bb.set_defaults(run=cmd_bench_batch, parser=bb)
 
+    bt = command(bsub, "routing", help="one multi-tenant workload through every routing policy on vLLM replicas "
+                                       "behind vllm-router: hit rate, tokens computed, TTFT, balance, beside the "
+                                       "simulator")
+    add_served_args(bt)
+    bt.add_argument("--policies", nargs="+", choices=POLICIES, default=list(POLICIES), metavar="POLICY",
+                    help=f"the policies, each on a fresh cluster (default: all of {', '.join(POLICIES)})")
+    bt.add_argument("--replicas", type=whole(1), default=2, help="vLLM replicas behind the router (default 2)")
+    bt.add_argument("--kv-blocks", type=whole(32), default=48,
+                    help="each replica's KV cache in 32-token blocks, at least one 1024-token request (default 48)")
+    bt.add_argument("--concurrency", type=whole(1), default=8, help="requests in flight at once (default 8)")
+    bt.add_argument("--requests", type=whole(1), default=96, help="requests in the workload (default 96)")
+    bt.add_argument("--tenants", type=whole(1), default=10, help="tenants (default 10)")
+    bt.add_argument("--zipf", type=number(0), default=0.6,
+                    help="tenant t sends a share of the requests ~ 1 / (t + 1)^zipf; 0: all alike (default 0.6)")
+    bt.add_argument("--system-tokens", type=whole(1), default=192,
+                    help="tokens of each tenant's system prompt, the prefix its requests share (default 192)")
+    bt.add_argument("--json", nargs="?", const=True, type=new_file, default=None, metavar="FILE",
+                    help="alone: print the result as JSON instead of the table; with FILE: also write it there")
+    bt.add_argument("--trace", type=new_file, default=None, metavar="FILE",
+                    help="save each policy's events (replicas' blocks and counters, routes) to FILE with the "
+                         "policy's name before its suffix: FILE.jsonl -> FILE.cache_aware.jsonl")
+    bt.set_defaults(run=cmd_bench_routing, parser=bt)
+
     sv = command(sub, "serve", help="start vLLM's OpenAI-compatible server on a pair (prefix caching and KV "
-                                    "events on) until Ctrl-C")
-    sv.add_argument("--pair", type=served_pair, default="tiny", help="tiny (default: the bundled pair) or a folder holding target/ "
-                                                   "and draft/")
+                                    "events on), or replicas behind vllm-router, until Ctrl-C")
+    sv.add_argument("--pair", type=served_pair, default="tiny",
+                    help="tiny (default: the bundled pair) or a folder holding target/ and draft/")
     sv.add_argument("--speculate", type=speculation("none", *SERVED), default="none",
                     help="none (default), model (the pair's draft model) or ngram (prompt lookup)")
     sv.add_argument("--k", type=whole(1), default=3, help="guesses a step (default 3)")
@@ -576,6 +639,11 @@ def parser() -> Parser:
     sv.add_argument("--api-key", default=None, metavar="KEY",
                     help="answer /v1 only to requests with 'Authorization: Bearer KEY', for a shared machine "
                          "(default: $TEACHSPEC_API_KEY, else no key)")
+    sv.add_argument("--replicas", type=whole(1), default=1,
+                    help="start this many replicas behind vllm-router (default 1: one server, no router)")
+    sv.add_argument("--router", choices=POLICIES, default=None, metavar="POLICY",
+                    help=f"the router's policy: {', '.join(POLICIES)} (default with --replicas > 1: cache_aware; "
+                         f"KV cache 64 blocks a replica unless --kv-blocks)")
     sv.set_defaults(run=cmd_serve, parser=sv)
 
     for name, run in (("student", cmd_student), ("traces", cmd_traces), ("pin", cmd_pin)):

@@ -68,6 +68,16 @@ Serving engines (teachspec.serving: another engine's cache and counters enter th
               requests (requests finished): the server's own running totals, read from its Prometheus /metrics
               whenever they change (serving/metrics.py)
 
+Many servers (teachspec.routing, teachspec.serving.cluster: N replicas behind a router, and its simulator)
+    Route     request, replica (index of the replica the router sent it to, from 0), policy (the router's
+              policy), key (the session key a client sent, which consistent hashing hashes; "" for none),
+              prompt_tokens
+    Health    replica, url, state ("up" | "down"): a replica started, died or was killed
+    replica   an optional field of Match, Insert, Split, Evict, Lock, Unlock and Counters: which replica's cache
+              or counters the event is about (absent with one server). Node ids are per replica: node 3 of
+              replica 0 and node 3 of replica 1 are different blocks. `ReplicaLog(log, i)` stamps it on what a
+              RadixCache or a BlockTree emits, so one log holds every replica's tree
+
 Subscribers are called synchronously, in order, with each event once it is in the log. One that raises an
 Exception is reported once, by a RuntimeWarning that names it, and unsubscribed; the others still get the event;
 then its exception propagates out of `emit`, so the request that emitted it fails (and gives back its locks: see
@@ -299,6 +309,7 @@ class Match(Event):
     length: Count
     path: list[NodeId]
     proposed: list[NodeId] | None = None
+    replica: Index | None = None
 
 
 @dataclass(slots=True)
@@ -309,6 +320,7 @@ class Insert(Event):
     tokens: Count
     cached: Count
     ids: list[TokenId] | None = None
+    replica: Index | None = None
 
 
 @dataclass(slots=True)
@@ -318,6 +330,7 @@ class Split(Event):
     new: NodeId
     parent: NodeId
     at: Annotated[int, Range(1)]  # the new parent holds at least one token
+    replica: Index | None = None
 
 
 @dataclass(slots=True)
@@ -326,6 +339,7 @@ class Evict(Event):
     node: NodeId
     parent: NodeId
     tokens: Count
+    replica: Index | None = None
 
 
 @dataclass(slots=True)
@@ -334,6 +348,7 @@ class Lock(Event):
     node: NodeId
     locks: Count
     protected: Count
+    replica: Index | None = None
 
 
 @dataclass(slots=True)
@@ -342,6 +357,7 @@ class Unlock(Event):
     node: NodeId
     locks: Count
     protected: Count
+    replica: Index | None = None
 
 
 # -- programs ----------------------------------------------------------------------------------------------------
@@ -383,14 +399,47 @@ class Counters(Event):
     prefix_queries: Count
     prefix_hits: Count
     requests: Count
+    replica: Index | None = None
+
+
+# -- many servers ------------------------------------------------------------------------------------------------
+
+@dataclass(slots=True)
+class Route(Event):
+    kind: ClassVar[str] = "route"
+    replica: Index
+    policy: str
+    key: str                # the session key the router may hash ("" for none): a tenant, a conversation
+    prompt_tokens: Count
+
+
+@dataclass(slots=True)
+class Health(Event):
+    kind: ClassVar[str] = "health"
+    replica: Index
+    url: str
+    state: Annotated[str, OneOf(("up", "down"))]
 
 
 KINDS: dict[str, type[Event]] = {c.kind: c for c in (
     RequestStart, Prefill, Finish, Score, Draft, TreeDraft, Verify, Accept, Reject, Resample, Bonus,
-    Match, Insert, Split, Evict, Lock, Unlock, ProgramStep, ProgramSpan, Counters)}
+    Match, Insert, Split, Evict, Lock, Unlock, ProgramStep, ProgramSpan, Counters, Route, Health)}
 
 
 # -- the log -----------------------------------------------------------------------------------------------------
+
+class ReplicaLog:
+    """What one replica's cache (a RadixCache, a BlockTree) emits into a cluster's shared log, each event stamped
+    with `replica`: it has the one method they call, `emit`."""
+
+    def __init__(self, log: "EventLog", replica: int):
+        if isinstance(replica, bool) or not isinstance(replica, int) or replica < 0:
+            raise ValueError(f"replica must be an int >= 0 (a replica's index), got {replica!r}")
+        self.log, self.replica = log, replica
+
+    def emit(self, cls: type[Event], request: int = -1, **fields) -> Event:
+        return self.log.emit(cls, request, replica=self.replica, **fields)
+
 
 class EventLog:
     """An append-only list of events with subscribers.

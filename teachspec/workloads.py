@@ -13,6 +13,7 @@ here builds a small, seeded stand-in for one shape, its text drawn from the corp
     copy_heavy       a passage, then its opening again: the continuation is in the prompt  (prompt lookup)
     code_edits       one passage edited again and again, the whole text rewritten each time (code agents)
     docs_completion  openings of held-out documentation to continue                        (plain decoding)
+    tenants          many tenants, each its own system prompt, few-shot questions and chats (a shared service)
 
 Sizes are in tokens of the bundled tokenizer (or of any `encode` you pass), measured rather than guessed: texts
 are cut at word boundaries to the requested size. The defaults are small enough for the 15.7M-parameter bundled
@@ -61,6 +62,7 @@ class Job:
     group: str                        # what the prompt shares with others ("system", "subject 1", ...), for reports
     turns: list[str] | None = None    # chat only: the history the prompt renders (user, assistant, ..., user)
     answer: str | None = None         # few-shot only: the letter of the right choice
+    tenant: str | None = None         # tenants only: whose request it is ("tenant 3"), the session key a client sends
 
 
 @dataclass
@@ -503,9 +505,73 @@ def docs_completion(n_prompts: int = 8, prompt_tokens: int = 64, max_new_tokens:
                     requests)
 
 
+TENANT_FRAME = "Reference for tenant {}:\n{}\n\nAnswer each question in one short sentence."
+
+
+def tenants(n_tenants: int = 6, n_requests: int = 48, zipf: float = 1.2, system_tokens: int = 192, shots: int = 2,
+            example_tokens: int = 48, question_tokens: int = 24, chat_turns: int = 3, message_tokens: int = 16,
+            max_new_tokens: int = 8, *, seed: int = 0, encode: Encoder | Pair | None = None) -> Workload:
+    """Many tenants sharing a cluster: each has its own long system prompt, and asks few-shot questions and chats.
+
+    The traffic a multi-tenant service sends its replicas (the case for cache-aware routing: SGLang v0.4's
+    cache-aware load balancer, vllm-router's `cache_aware`). Tenant t's system prompt is an instruction around a
+    ~`system_tokens`-token passage of its own; its requests are
+        few-shot   the system prompt, `shots` worked examples of its own (~`example_tokens` each), a question
+        chat       the system prompt, then the whole conversation so far, `chat_turns` turns in order
+    mixed half and half. How many requests each tenant sends follows a Zipf law, P(t) ~ 1 / (t + 1)^zipf, drawn
+    (seeded) and sorted so that tenant 0 sends the most. Arrivals interleave every tenant's questions and chats at
+    random (seeded), each chat's turns in order. `Job.tenant` names the tenant ("tenant 3", the session key a
+    client would send), `Job.group` the finer group ("tenant 3 few-shot", "tenant 3 chat 1"). The defaults are
+    sized for two replicas of the bundled pair on two CPU cores: prompts of about 200 to 350 tokens, so a
+    tenant's shared prefix spans several of vLLM's 32-token blocks.
+    """
+    for name, value, least in (("n_tenants", n_tenants, 1), ("n_requests", n_requests, 1),
+                               ("system_tokens", system_tokens, 1), ("shots", shots, 0),
+                               ("example_tokens", example_tokens, 4), ("question_tokens", question_tokens, 1),
+                               ("chat_turns", chat_turns, 1), ("message_tokens", message_tokens, 1),
+                               ("max_new_tokens", max_new_tokens, 1)):
+        check_int(name, value, least)
+    if isinstance(zipf, bool) or not isinstance(zipf, (int, float)) or zipf < 0:
+        raise ValueError(f"zipf must be a number >= 0 (0: every tenant equally busy), got {zipf!r}")
+    texts, draws = _start("tenants", seed, encode), _rng("tenants arrivals", seed)
+    picks = draws.choices(range(n_tenants), [1 / (t + 1) ** zipf for t in range(n_tenants)], k=n_requests)
+    counts = sorted((picks.count(t) for t in range(n_tenants)), reverse=True)
+    question, example = "Question: {}\nAnswer:", "Question: {}\nAnswer: {}\n\n"
+    asked = example_tokens * 2 // 3  # of an example's tokens, the question's; the answer has the rest
+    streams: list[list[Job]] = []    # one per question, one per chat: arrivals keep each stream's order
+    conversations = []
+    for t, count in enumerate(counts):
+        tenant = f"tenant {t}"
+        system = TENANT_FRAME.format(t, texts.passage(_room(texts, TENANT_FRAME.format(t, "{}"), system_tokens)))
+        shown = "".join(example.format(texts.passage(_room(texts, question, asked), True),
+                                       texts.passage(max(1, example_tokens - asked - 3), True))
+                        for _ in range(shots))
+        while count:
+            if draws.random() < 0.5:
+                prompt = f"{system}\n\n{shown}" + question.format(texts.passage(_room(texts, question,
+                                                                                        question_tokens), True))
+                streams.append([Job(prompt, max_new_tokens, f"{tenant} few-shot", tenant=tenant)])
+                count -= 1
+            else:
+                turns = min(chat_turns, count)
+                chat = Conversation([texts.passage(message_tokens, True) for _ in range(turns)],
+                                    [texts.passage(max_new_tokens, True) for _ in range(turns)], max_new_tokens,
+                                    f"{tenant} chat {len(conversations)}", system)
+                conversations.append(chat)
+                streams.append([Job(chat.prompt(i), max_new_tokens, chat.group, chat.history(i), tenant=tenant)
+                                for i in range(turns)])
+                count -= turns
+    order = [s for s, stream in enumerate(streams) for _ in stream]
+    draws.shuffle(order)  # a uniformly random interleaving of the streams, each kept in order
+    pending = [iter(stream) for stream in streams]
+    return Workload("tenants", f"{n_requests} requests from {n_tenants} tenants (Zipf {zipf}), each with its own "
+                               f"~{system_tokens}-token system prompt: {shots}-shot questions and "
+                               f"{chat_turns}-turn chats", [next(pending[s]) for s in order], conversations)
+
+
 WORKLOADS: dict[str, Callable[..., Workload]] = {
     f.__name__: f for f in (system_prompt, few_shot, multi_turn, tree_of_thought, no_reuse, copy_heavy,
-                            code_edits, docs_completion)
+                            code_edits, docs_completion, tenants)
 }
 
 

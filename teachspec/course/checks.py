@@ -15,6 +15,9 @@ case failed, what was expected, what came back and the likely cause, instead of 
     check_followers(followers)                 assignment 7: the followers of a pattern, counted
     check_longest_match(longest_match)         assignment 7: the longest suffix of the context something followed
     check_suffix_guess(guess)                  assignment 7: the chain guessed from it, and where it stops
+    check_match(match)                         assignment 8: the longest prefix a sent text shares, and its worker
+    check_imbalanced(imbalanced)               assignment 8: the router's balance rule
+    check_route(route)                         assignment 8: the cache-aware rule, and in the simulator
 
 The judging is teachspec.course.grading's, on the code of the notebook's cells run in a sandbox
 (teachspec.course.sandbox): in a notebook, the cells this kernel ran, in the order it ran them; elsewhere, the
@@ -43,7 +46,7 @@ GRADED_OUTSIDE = "TEACHSPEC_GRADED_OUTSIDE"  # set by the autograder for the not
 __all__ = ["GRADED_OUTSIDE", "KINDS", "PARTS", "CheckFailed", "check", "code_of", "check_acceptance_rule",
            "check_choose_k", "check_dfs_order", "check_dynamic_tree", "check_followers", "check_longest_match",
            "check_multi_draft_step", "check_radix", "check_rank_acceptance", "check_remove", "check_suffix_guess",
-           "check_tree_attention", "reference_node_rule"]
+           "check_tree_attention", "check_match", "check_imbalanced", "check_route", "reference_node_rule"]
 
 
 def check(part: str, answer) -> None:
@@ -150,3 +153,21 @@ def check_suffix_guess(guess: Callable) -> None:
     """guess(sequences, context, depth, k, min_prob) -> tokens: the chain of most counted followers from the
     longest match, stopped by k, the depth and min_prob."""
     _parts("a7", guess, "choice", "stop")
+
+
+def check_match(match: Callable) -> None:
+    """match(sent, text) -> (length, worker): the longest prefix of text that a sent (text, worker) pair's text
+    shares, and the worker of the first such pair; (0, None) when none shares a character."""
+    _parts("a8", match, "match")
+
+
+def check_imbalanced(imbalanced: Callable) -> None:
+    """imbalanced(loads, abs_threshold, rel_threshold) -> bool: max - min > abs_threshold and max > min *
+    rel_threshold."""
+    _parts("a8", imbalanced, "imbalanced")
+
+
+def check_route(route: Callable) -> None:
+    """route(text, sent, loads, cache_threshold, abs_threshold, rel_threshold) -> worker: cache_aware's rule, on
+    cases and as the simulator's router."""
+    _parts("a8", route, "route", "simulated")

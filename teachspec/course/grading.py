@@ -1,4 +1,4 @@
-"""The graded parts of the seven assignments, judged here on answers computed where the student's code cannot reach.
+"""The graded parts of the eight assignments, judged here on answers computed where the student's code cannot reach.
 
 Each assignment is graded in parts, one property each, so that one bug costs its part and not the whole exercise:
 
@@ -16,14 +16,18 @@ The student's code runs in a child interpreter (`teachspec.course.sandbox`), def
   submission that hard-codes the answers to the cases it can know fails the others.
 - It grades one thing. The other exercises an answer calls (`speculative_step` calls `residual`, `choose_k` calls
   `expected_speedup`, `rank_acceptance` calls `remove`, `best_hit_rate` calls `reused`, `grow` calls `confidence`
-  and `rerank`, `longest_match` and `guess` call `followers`, `guess` calls `longest_match`) are replaced in the
-  child by correct ones while it is graded (`STAND_INS`).
+  and `rerank`, `longest_match` and `guess` call `followers`, `guess` calls `longest_match`, `route` calls `match`
+  and `imbalanced`) are replaced in the child by correct ones while it is graded (`STAND_INS`).
 
 In the child, teachspec itself is not importable (the import is refused, with the reason), but for the narrow
 copies an exercise is offered (`OFFERS`: `sample`, say): handing the exercise to the library is closed as a class,
-not a list of names. Statistical parts judge frequencies within 5.5 standard errors per token (`agrees`): a false
-fail about once in 2.6e7 tokens, and a part judges at most 16 tokens, visible and hidden together, so a correct
-answer fails a part less than once in 1.6e6 gradings.
+not a list of names. A part that needs a whole run judges it here and calls the student's code from it: assignment
+8's `route` is the router of teachspec's simulator (`teachspec.routing.simulate`), one call a request, its routes
+judged against the library's `cache_aware` on the same workload.
+
+Statistical parts judge frequencies within 5.5 standard errors per token (`agrees`): a false fail about once in
+2.6e7 tokens, and a part judges at most 16 tokens, visible and hidden together, so a correct answer fails a part less
+than once in 1.6e6 gradings.
 """
 
 from __future__ import annotations
@@ -31,9 +35,11 @@ from __future__ import annotations
 import ast
 import contextlib
 import hashlib
+import importlib
 import inspect
 import itertools
 import math
+import re
 import textwrap
 from fractions import Fraction
 from pathlib import Path
@@ -1701,16 +1707,336 @@ def a7_stop(guess, draws: Draws, hidden: bool) -> None:
          f"({len(failed)} of the cases failed): {why}", cause)
 
 
+# -- a8: routing across replicas ----------------------------------------------------------------------------------
+
+def shared_chars(a: str, b: str) -> int:
+    """How many leading characters two texts share, found by halving (the slices compare in C: the simulated
+    part matches every request against every text sent before it)."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def sent_match(sent, text, whole: bool = False, short: bool = False, last: bool = False) -> tuple:
+    """The router's approximate tree read as what it sent (`sent`: (text, worker) pairs, in the order sent): the
+    longest prefix of `text` that a sent text shares, and the worker of the first sent text that shares it, the
+    one that created that node of the tree; (0, None) when none shares a character. The flags give classic bugs'
+    answers: a sent text counted only when the whole of it begins `text`; a match that runs to the end of either
+    text counted one short; ties to the last sent text."""
+    best, worker = 0, None
+    for s, w in sent:
+        n = (len(s) if text.startswith(s) else 0) if whole else shared_chars(s, text)
+        if short and n and n == min(len(s), len(text)):
+            n -= 1
+        if n > best or (last and n == best):
+            best, worker = n, w
+    return best, worker
+
+
+def imbalanced_of(loads, abs_threshold, rel_threshold, either: bool = False, inclusive: bool = False) -> bool:
+    """The router's balance rule: imbalanced when max - min > abs_threshold and max > min * rel_threshold.
+    `either` (or for and) and `inclusive` (>= for >) give two classic bugs' answers."""
+    low, high = min(loads), max(loads)
+    spread = high - low >= abs_threshold if inclusive else high - low > abs_threshold
+    ratio = high >= low * rel_threshold if inclusive else high > low * rel_threshold
+    return (spread or ratio) if either else (spread and ratio)
+
+
+def least_of(loads) -> int:
+    """The least loaded worker, the first of equals."""
+    return min(range(len(loads)), key=lambda i: loads[i])
+
+
+def route_of(text, sent, loads, cache_threshold, abs_threshold, rel_threshold, strict: bool = True,
+             low: str = "least_loaded", balance: bool = True) -> int:
+    """cache_aware's rule (teachspec.routing.policies, vllm-router's): imbalanced, the least loaded worker; else
+    the worker of the longest match when it covers more than cache_threshold of the text; else the least loaded.
+    The keywords give classic bugs: the threshold compared with >= (`strict` off), the fallback "round_robin"
+    (the count of requests sent so far, modulo the workers), and the loads never checked (`balance` off)."""
+    if balance and imbalanced_of(loads, abs_threshold, rel_threshold):
+        return least_of(loads)
+    length, worker = sent_match(sent, text)
+    rate = length / len(text)
+    if worker is not None and (rate > cache_threshold if strict else rate >= cache_threshold):
+        return worker
+    return least_of(loads) if low == "least_loaded" else len(sent) % len(loads)
+
+
+SYLLABLES = ("ka", "lo", "mi", "ne", "ru", "sa", "to", "vi", "po", "de")
+
+
+def phrase(draws: Draws, n: int) -> str:
+    return " ".join("".join(SYLLABLES[draws.below(len(SYLLABLES))] for _ in range(1 + draws.below(3)))
+                    for _ in range(n))
+
+
+def sent_case(draws: Draws) -> tuple[str, list, int]:
+    """A request and what the router sent before it: texts that share stems (a tenant's system prompt, the
+    router's frame), some sent to several workers, and a request that continues one, stops inside one, or is new."""
+    workers = 2 + draws.below(3)
+    stems = [phrase(draws, 1 + draws.below(4)) + " " for _ in range(1 + draws.below(3))]
+    sent = []
+    for _ in range(draws.below(7)):
+        text = stems[draws.below(len(stems))] + phrase(draws, draws.below(3))
+        sent.append((text.strip() or "ka", draws.below(workers)))
+    roll = draws.uniform()
+    if sent and roll < 0.3:
+        s = sent[draws.below(len(sent))][0]
+        text = s[:1 + draws.below(len(s))]  # a prefix of one sent: the whole request matches
+    elif sent and roll < 0.5:
+        text = sent[draws.below(len(sent))][0] + " " + phrase(draws, 1 + draws.below(2))  # one sent, continued
+    else:
+        text = stems[draws.below(len(stems))] + phrase(draws, 1 + draws.below(3))
+    return text, sent, workers
+
+
+def pairs_of(sent) -> list:
+    """Fresh (text, worker) tuples for the student's code."""
+    return [(s, w) for s, w in sent]
+
+
+def a8_match(match, draws: Draws, hidden: bool) -> None:
+    cases = [([("system: be brief. Q: hi", 0)], "system: be brief. Q: bye"),  # stops inside the sent text
+             ([("abc", 1)], "abcdef"), ([("abcdef", 1)], "abc"),  # all of one of them matches
+             ([("abcx", 2), ("abcy", 0)], "abcz"), ([("ab", 1), ("abcd", 0), ("abce", 2)], "abcf"),  # ties
+             ([], "hello"), ([("xyz", 0)], "abc"), ([("abc", 0)], "")]
+    cases += [(sent, text) for text, sent, _ in (sent_case(draws) for _ in range(80 if hidden else 15))]
+    outs = call_many("match", match, [(pairs_of(sent), text) for sent, text in cases])
+    failed = []
+    for (sent, text), out in zip(cases, outs):
+        written("match", out)
+        try:
+            length, worker = out
+            got = (int(length), None if worker is None else int(worker))
+        except (TypeError, ValueError):
+            fail(f"match must return (length, worker): an int and a worker (None when nothing matches), got "
+                 f"{out!r}")
+        if got != sent_match(sent, text):
+            failed.append(((sent, text), got))
+    if not failed:
+        return
+    (sent, text), got = failed[0]
+    want = sent_match(sent, text)
+    cause = named(failed, [
+        ("That counts a sent text only when the whole of it begins the request: the router's tree matches "
+         "character by character, and a match may stop inside a sent text (a tenant's prompt with another "
+         "question after it).", lambda s, t: sent_match(s, t, whole=True)),
+        ("That is one short when the match runs to the end of a text: count every character the two share, up "
+         "to the shorter one's length.", lambda s, t: sent_match(s, t, short=True)),
+        ("Of the sent texts that share the longest prefix, the first sent created that node of the router's "
+         "tree: ties go to the earliest, not the latest.", lambda s, t: sent_match(s, t, last=True))])
+    fail(f"match(sent={sent!r}, text={text!r}): expected {want}, got {got} ({len(failed)} of the cases failed). "
+         f"The longest prefix of the text that a sent text shares, and the worker the first such text went to; "
+         f"(0, None) when none shares a character.", cause,
+         hidden=f"{len(failed)} of the cases failed")
+
+
+def balance_cases(draws: Draws, n: int) -> list[tuple[list[int], int, float]]:
+    """Loads and thresholds, many of them on the rule's boundaries: max - min equal to abs_threshold, max equal to
+    min * rel_threshold (the factors are exact in binary, so the product is exact)."""
+    cases = [([10, 2], 8, 1.5), ([10, 2], 7, 1.5), ([6, 4], 1, 1.5), ([9, 6], 2, 1.5), ([9, 5], 2, 1.5),
+             ([3, 0, 1], 2, 2.0), ([3, 0, 1], 3, 2.0), ([5, 5], 0, 1.0), ([70, 2], 64, 1.5), ([66, 2], 64, 1.5)]
+    for _ in range(n):
+        workers = 2 + draws.below(4)
+        loads = [draws.below(12) for _ in range(workers)]
+        low, high = min(loads), max(loads)
+        rel = (1.0, 1.25, 1.5, 2.0, 3.0)[draws.below(5)]
+        roll = draws.uniform()
+        abs_threshold = high - low if roll < 0.3 else max(0, high - low - 1 - draws.below(3))
+        if roll > 0.7 and low > 0 and (high / low) in (1.0, 1.25, 1.5, 2.0, 3.0):
+            rel = high / low  # exactly on the factor's boundary
+        cases.append((loads, abs_threshold, rel))
+    return cases
+
+
+def a8_imbalanced(imbalanced, draws: Draws, hidden: bool) -> None:
+    cases = balance_cases(draws, 80 if hidden else 20)
+    outs = call_many("imbalanced", imbalanced, [(list(loads), a, r) for loads, a, r in cases])
+    failed = []
+    for case, out in zip(cases, outs):
+        written("imbalanced", out)
+        if out not in (True, False):
+            fail(f"imbalanced must return True or False, got {out!r}")
+        if bool(out) != imbalanced_of(*case):
+            failed.append((case, bool(out)))
+    if not failed:
+        return
+    (loads, a, r), got = failed[0]
+    cause = named(failed, [
+        ("That is imbalanced when either condition holds: the router balances only when both do, the loads "
+         "apart by more than abs_threshold requests AND the most loaded more than rel_threshold times the least.",
+         lambda loads, a, r: imbalanced_of(loads, a, r, either=True)),
+        ("Both conditions are strict: max - min > abs_threshold and max > min * rel_threshold; on the boundary "
+         "the loads count as balanced.", lambda loads, a, r: imbalanced_of(loads, a, r, inclusive=True))])
+    fail(f"imbalanced(loads={loads}, abs_threshold={a}, rel_threshold={r}): expected {not got}, got {got} "
+         f"({len(failed)} of the cases failed). max - min = {max(loads) - min(loads)}, min * rel_threshold = "
+         f"{min(loads) * r:g}.", cause, hidden=f"{len(failed)} of the cases failed")
+
+
+def route_cases(draws: Draws, n: int) -> list[tuple]:
+    """(text, sent, loads, cache_threshold, abs_threshold, rel_threshold): thresholds exact in binary, so that a
+    rate on the threshold compares the same whether computed as a quotient or a product."""
+    sent = [("Reference for tenant 1: lorem. Q: one", 1), ("Reference for tenant 2: ipsum. Q: two", 0)]
+    cases = [("Reference for tenant 1: lorem. Q: three", sent, [1, 2], 0.5, 64, 1.5),   # affinity, not the least
+             ("Reference for tenant 1: xyz", sent, [1, 2], 0.75, 64, 1.5),               # too little: least loaded
+             ("abcdwxyz", [("abcdefgh", 1)], [0, 0], 0.5, 64, 1.5),                      # rate 4/8 = 0.5 exactly
+             ("abcdefwx", [("abcdefgh", 0)], [3, 1], 0.75, 64, 1.5),                     # 6/8 = 0.75 exactly
+             ("abcdez", [("abcdef", 2), ("abcdeg", 0)], [1, 1, 1], 0.5, 64, 1.5),        # tie: the first sent
+             ("qrst", [("abc", 0), ("abd", 1), ("abe", 0)], [2, 1, 1], 0.25, 64, 1.5),   # nothing: least, first
+             ("hello world", [("hello world", 0)], [70, 2], 0.5, 64, 1.5),               # imbalanced
+             ("hello world", [("hello world", 0)], [66, 2], 0.5, 64, 1.5),               # on the boundary
+             ("hello there", [("hello world", 1)], [0, 5, 1], 0.25, 4, 1.5)]             # imbalanced at once
+    for _ in range(n):
+        text, sent, workers = sent_case(draws)
+        loads = [draws.below(6) for _ in range(workers)]
+        if draws.uniform() < 0.25:
+            loads[draws.below(workers)] += 3 + draws.below(6)
+        cases.append((text, sent, loads, (0.125, 0.25, 0.375, 0.5, 0.625, 0.75)[draws.below(6)],
+                      (1, 2, 4, 64)[draws.below(4)], (1.0, 1.25, 1.5, 2.0)[draws.below(4)]))
+    return cases
+
+
+def worker_out(out, what: str, workers: int) -> int:
+    written(what, out)
+    if isinstance(out, bool) or not isinstance(out, int) or not 0 <= out < workers:
+        fail(f"{what} must return a worker, an int in 0 .. {workers - 1}, got {out!r}")
+    return out
+
+
+ROUTE_BUGS = [
+    ("The match must cover MORE than cache_threshold of the request: rate > cache_threshold, strictly; on the "
+     "threshold the router falls back to the least loaded worker.", dict(strict=False)),
+    ("That is round robin below the threshold: the router sends a request it has no good match for to the least "
+     "loaded worker (the first of equals), the one with the most room to start it.", dict(low="round_robin")),
+    ("That never looks at the loads first: when they are imbalanced (both conditions), the request goes to the "
+     "least loaded worker whatever it matches.", dict(balance=False))]
+
+
+def a8_route(route, draws: Draws, hidden: bool) -> None:
+    cases = route_cases(draws, 80 if hidden else 20)
+    outs = call_many("route", route, [(text, pairs_of(sent), list(loads), t, a, r)
+                                      for text, sent, loads, t, a, r in cases])
+    failed = [(case, worker_out(out, "route", len(case[2]))) for case, out in zip(cases, outs)]
+    failed = [(case, got) for case, got in failed if got != route_of(*case)]
+    if not failed:
+        return
+    (text, sent, loads, t, a, r), got = failed[0]
+    length, worker = sent_match(sent, text)
+    cause = named(failed, [(c, lambda *case, bug=bug: route_of(*case, **bug)) for c, bug in ROUTE_BUGS])
+    fail(f"route(text={text!r}, sent={sent!r}, loads={loads}, cache_threshold={t}, abs_threshold={a}, "
+         f"rel_threshold={r}): expected {route_of(text, sent, loads, t, a, r)}, got {got} ({len(failed)} of the "
+         f"cases failed). Its longest match is {length} of {len(text)} characters (worker {worker}); the loads "
+         f"are {'imbalanced' if imbalanced_of(loads, a, r) else 'balanced'}.", cause,
+         hidden=f"{len(failed)} of the cases failed")
+
+
+def tenant_arrivals(draws: Draws, tenants: int, requests: int, prompt_words: int = 40, question_words: int = 8):
+    """A multi-tenant workload, drawn here: each tenant a system prompt of its own behind one frame, its requests a
+    question after it or the next turn of a chat, tenants' traffic 1 / (t + 1) (a Zipf law); tokens are words."""
+    from teachspec.routing.simulate import Arrival
+
+    systems = [f"Reference for tenant {t}: {phrase(draws, prompt_words)}.\n" for t in range(tenants)]
+    weights = [1 / (t + 1) for t in range(tenants)]
+    chats, ids, out = {}, {}, []
+    for i in range(requests):
+        u, t = draws.uniform() * sum(weights), 0
+        while t < tenants - 1 and u >= weights[t]:
+            u, t = u - weights[t], t + 1
+        if t in chats and draws.uniform() < 0.5:
+            text = f"{chats[t]} {phrase(draws, 4)}.\nQ: {phrase(draws, question_words)}?\nA:"  # the chat's next turn
+        else:
+            text = f"{systems[t]}Q: {phrase(draws, question_words)}?\nA:"
+        if draws.uniform() < 0.5:
+            chats[t] = text
+        tokens = [ids.setdefault(w, len(ids)) for w in re.findall(r"\S+\s*", text)]
+        out.append(Arrival(i, f"tenant {t}", text, tokens, 4 + draws.below(8)))
+    return out
+
+
+def route_policy(route, replicas: int, knobs: tuple, what: str = "route"):
+    """`route` as the simulator's policy: each request routed by it, from the (text, worker) pairs sent so far and
+    the loads, then recorded as sent, as the router's tree records it."""
+    from teachspec.routing.policies import Policy
+
+    class RouteAsPolicy(Policy):
+        name = "yours"
+
+        def __init__(self):
+            super().__init__(replicas)
+            self.sent = []
+
+        def choose(self, text, key, loads, alive):
+            if isinstance(route, Remote):  # the student's, over in the sandbox
+                pick = worker_out(call(what, route, text, pairs_of(self.sent), list(loads), *knobs), what, replicas)
+            else:  # the grader's own: a classic bug's, to name the likely cause
+                pick = route(text, self.sent, list(loads), *knobs)
+            self.sent.append((text, pick))
+            return pick
+
+    return RouteAsPolicy()
+
+
+GAIN = 1.5  # what cache-aware routing must gain over round robin on the workload made for it
+
+
+def a8_simulated(route, draws: Draws, hidden: bool) -> None:
+    """The student's route as the simulator's policy (teachspec.routing.simulate), on multi-tenant workloads drawn
+    here: every request must go where the library's cache_aware sends it; on the first, many tenants over four
+    replicas whose caches hold a few tenants each, the hit rate must be GAIN times round robin's."""
+    from teachspec.routing.simulate import simulate
+
+    # (tenants, replicas, kv_blocks, concurrency, cache_threshold, abs_threshold, rel_threshold); the visible
+    # ones: the workload made for cache-aware routing, with vLLM's router's defaults, then loads that trip balance
+    settings = [] if hidden else [(8, 4, 24, 4, 0.3, 64, 1.5), (6, 3, 30, 8, 0.3, 1, 1.25)]
+    settings += [(3 + draws.below(6), 2 + draws.below(3), 20 + draws.below(30), 3 + draws.below(6),
+                  (0.2, 0.3, 0.5)[draws.below(3)], (1, 2, 4, 64)[draws.below(4)], (1.25, 1.5, 2.0)[draws.below(3)])
+                 for _ in range(4 if hidden else 0)]
+    failed = []
+    for n, (tenants, replicas, kv_blocks, concurrency, *knobs) in enumerate(settings):
+        arrivals = tenant_arrivals(draws, tenants, 48 if hidden else 64)
+        where = dict(kv_blocks=kv_blocks, block_size=4, concurrency=concurrency)
+        options = dict(zip(("cache_threshold", "balance_abs_threshold", "balance_rel_threshold"), knobs))
+        want = simulate(arrivals, replicas, "cache_aware", **where, **options)
+        got = simulate(arrivals, replicas, route_policy(route, replicas, tuple(knobs)), **where)
+        if got.routes != want.routes:
+            failed.append(((arrivals, replicas, where, tuple(knobs)), got.routes, want.routes, n))
+        elif n == 0 and not hidden:
+            rr = simulate(arrivals, replicas, "round_robin", **where)
+            if got.hit_rate < GAIN * rr.hit_rate:
+                fail(f"On the simulated workload of {tenants} tenants over {replicas} replicas, your routes are "
+                     f"cache_aware's but the hit rate is {got.hit_rate:.3f}, under {GAIN} x round robin's "
+                     f"{rr.hit_rate:.3f}: the simulator has changed; tell your instructor.")
+    if not failed:
+        return
+    (arrivals, replicas, where, knobs), got, want, n = failed[0]
+    i = next(i for i, (a, b) in enumerate(zip(got, want)) if a != b)
+    cause = named([(case, routes) for case, routes, _, _ in failed], [
+        (c, lambda arrivals, replicas, where, knobs, bug=bug: simulate(arrivals, replicas, route_policy(
+            lambda *case: route_of(*case, **bug), replicas, knobs), **where).routes) for c, bug in ROUTE_BUGS])
+    fail(f"Simulated workload {n + 1} ({len(arrivals)} requests over {replicas} replicas, cache_threshold="
+         f"{knobs[0]}, abs_threshold={knobs[1]}, rel_threshold={knobs[2]}): request {i} ({arrivals[i].key}) goes "
+         f"to replica {want[i]} by cache_aware's rule, but your route sent it to replica {got[i]} "
+         f"({len(failed)} of the workloads failed). Every request must go where cache_aware sends it.", cause,
+         hidden=f"{len(failed)} of the workloads routed otherwise")
+
+
 # -- the parts ---------------------------------------------------------------------------------------------------
 
 class Part:
     """One graded property of one exercise."""
 
-    def __init__(self, answer: str, what: str, judge, leans_on: tuple[str, ...] = ()):
+    def __init__(self, answer: str, what: str, judge, leans_on: tuple[str, ...] = (), needs: tuple[str, ...] = ()):
         self.answer = answer          # the student's name for what is graded
         self.what = what              # the property, as the verdict says it
         self.judge = judge            # judge(answer, draws, hidden) raises CheckFailed
         self.leans_on = leans_on      # other exercises it may call: correct ones stand in while it is graded
+        self.needs = needs            # teachspec modules the judge runs (the simulator): imported before the
+                                      # sandbox starts, so that a slow import is not the student's time
 
 
 PARTS = {
@@ -1756,6 +2082,13 @@ PARTS = {
                       a7_choice, ("followers", "longest_match")),
     "a7.stop": Part("guess", "the guess stops before a path probability under min_prob", a7_stop,
                     ("followers", "longest_match")),
+    "a8.match": Part("match", "the longest prefix a sent text shares, and the worker first sent it", a8_match),
+    "a8.imbalanced": Part("imbalanced", "imbalanced when both max - min and max / min pass their thresholds",
+                          a8_imbalanced),
+    "a8.route": Part("route", "balance first, then the best match above the threshold, else the least loaded",
+                     a8_route, ("match", "imbalanced")),
+    "a8.simulated": Part("route", "in the simulator, every request goes where cache_aware sends it",
+                         a8_simulated, ("match", "imbalanced"), ("teachspec.routing.simulate",)),
 }
 
 # What of teachspec an assignment's code may import where it is graded: module -> (file, the names copied from it).
@@ -1769,7 +2102,8 @@ OFFERS = {
 # The correct versions that stand in for the other exercises a part's answer calls, as the code the sandbox runs:
 # this file's references, copied by their source.
 STAND_IN_SOURCES = (residual_of, torch_residual, speedup, torch_remove, reference_node_rule, common, reuse_of,
-                    confidence_of, rerank_of, suffix_count, followers_of, match_of)
+                    confidence_of, rerank_of, suffix_count, followers_of, match_of, shared_chars, sent_match,
+                    imbalanced_of)
 STAND_INS = """
 residual = torch_residual
 expected_speedup = speedup
@@ -1780,6 +2114,8 @@ confidence = confidence_of
 rerank = lambda parents, tokens, confidences, nodes: rerank_of(parents, tokens, confidences, nodes)
 followers = lambda sequences, pattern: followers_of(sequences, pattern)
 longest_match = lambda sequences, context, depth: match_of(sequences, context, depth)
+match = lambda sent, text: sent_match(sent, text)
+imbalanced = lambda loads, abs_threshold, rel_threshold: imbalanced_of(loads, abs_threshold, rel_threshold)
 """
 
 
@@ -1820,6 +2156,8 @@ def judge(part: str, code: Definitions, secret: bytes | None = None, limits: Lim
     if part not in PARTS:
         raise ValueError(f"part must be one of {sorted(PARTS)}, got {part!r}")
     spec = PARTS[part]
+    for module in spec.needs:
+        importlib.import_module(module)
     try:
         with Sandbox(code.code, offers(part), stand_ins(), spec.leans_on, limits, denied) as box:
             answer = box.answer(spec.answer)

@@ -46,7 +46,7 @@ def course_dir() -> Path:
 
 
 def sources() -> list[Path]:
-    """The instructor's assignments, a1_... to a7_..., in order: solutions in."""
+    """The instructor's assignments, a1_... to a8_..., in order: solutions in."""
     found = sorted(SOURCES.glob("a*.ipynb"))
     if not found:
         raise FileNotFoundError(f"the assignments' sources are missing: no a*.ipynb in {SOURCES}")

@@ -73,7 +73,7 @@ c.GenerateFeedback.preprocessors = [
 
 
 def assignments() -> list[Path]:
-    """The solution notebooks, a1_... to a7_..., in order: what every grader here is laid out from."""
+    """The solution notebooks, a1_... to a8_..., in order: what every grader here is laid out from."""
     return sources()
 
 

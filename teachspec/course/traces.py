@@ -298,9 +298,27 @@ def suffix_cache(pair) -> EventLog:
     return log
 
 
+# -- routing: many replicas behind a router ---------------------------------------------------------------------------
+
+ROUTING_KILL = (1, 24)  # replica 1 dies when request 24 (of tenants()' 48) arrives: half-way, its caches warm
+
+
+def routing(pair) -> EventLog:
+    """The routing lecture: tenants()' requests through two replicas behind cache_aware routing, simulated
+    (teachspec.routing.simulate, no server): every replica's cache events stamped with its replica, a Route per
+    request, and replica 1 killed half-way (a Health "down"), so that ClusterView shows its tenants move and the hit
+    rate fall and recover."""
+    from teachspec.routing.simulate import arrivals, simulate
+
+    log = EventLog(pair=pair.name)
+    simulate(arrivals(workloads.tenants(encode=pair), encode=pair), replicas=2, policy="cache_aware",
+             kill=ROUTING_KILL, events=log)
+    return log
+
+
 TRACES = {"speculation": speculation, "radix_shared": radix_shared, "radix_eviction": radix_eviction,
           "together": together, "vllm_blocks": vllm_blocks, "vllm_batching": vllm_batching,
-          "suffix_cache": suffix_cache}
+          "suffix_cache": suffix_cache, "routing": routing}
 
 
 def record(pair, out: Path) -> dict[str, Path]:

@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from numbers import Integral
 from typing import Any
 
-from teachspec.events import EventLog, Evict, Insert, Lock, Match, Split, Unlock
+from teachspec.events import EventLog, Evict, Insert, Lock, Match, ReplicaLog, Split, Unlock
 from teachspec.renamed import old_names
 from teachspec.validate import plain_token_ids
 
@@ -170,7 +170,7 @@ class RadixCache:
     owner to free that KV. Every operation emits its events into `events` when one is given.
     """
 
-    def __init__(self, page_size: int = 1, policy: str = "lru", events: EventLog | None = None,
+    def __init__(self, page_size: int = 1, policy: str = "lru", events: EventLog | ReplicaLog | None = None,
                  clock: Callable[[], float] | None = None, on_evict: Callable[[Any], None] | None = None,
                  window: int = 100, debug: bool = False):
         _check_count("page_size", page_size, 1)
@@ -180,8 +180,9 @@ class RadixCache:
         for name, fn in (("clock", clock), ("on_evict", on_evict)):
             if fn is not None and not callable(fn):
                 raise TypeError(f"{name} must be callable or None, got {type(fn).__name__}")
-        if events is not None and not isinstance(events, EventLog):
-            raise TypeError(f"events must be an EventLog or None, got {type(events).__name__}")
+        if events is not None and not isinstance(events, (EventLog, ReplicaLog)):
+            raise TypeError(f"events must be an EventLog, a ReplicaLog (one replica's share of a cluster's log) or "
+                            f"None, got {type(events).__name__}")
         self.page_size, self.policy, self.events = page_size, policy, events
         self.clock = clock if clock is not None else itertools.count(1).__next__
         self.on_evict, self.debug = on_evict, debug

@@ -134,6 +134,57 @@ def stats(c: Counters | dict) -> Stats:
     return Stats.from_counters(c["drafts"], c["accepted"], c["accepted_per_position"], c["draft_tokens"])
 
 
+# -- histograms -------------------------------------------------------------------------------------------------
+# vLLM also keeps histograms: `vllm:time_to_first_token_seconds` counts each request's time to its first token in
+# cumulative buckets, `NAME_bucket{le="0.1"} 7` (7 requests took at most 0.1 s), the last `le="+Inf"` (all of them).
+# A client that does not stream cannot see its time to first token; the server still counts it there.
+
+TTFT = "vllm:time_to_first_token_seconds"
+Buckets = list[tuple[float, float]]   # [(upper bound, observations at most that), ...], ascending, +Inf last
+
+
+def histogram(samples: Samples, name: str) -> Buckets:
+    """A histogram's cumulative buckets, summed over its other labels (vLLM's engine, model)."""
+    counts: dict[float, float] = {}
+    for labels, value in samples.get(name + "_bucket", []):
+        le = labels.get("le", "")
+        try:
+            bound = float(le)
+        except ValueError:
+            raise MetricsError(f"{name}_bucket has a bucket whose upper bound is not a number: le={le!r}") from None
+        counts[bound] = counts.get(bound, 0.0) + _count(value, f"{name}_bucket{{le={le!r}}}")
+    buckets = sorted(counts.items())
+    if buckets and (buckets[-1][0] != math.inf or any(b[1] > a[1] for a, b in zip(buckets[1:], buckets))):
+        raise MetricsError(f"{name}_bucket is not a histogram: its counts must grow with le and end at le=\"+Inf\", "
+                           f"got {buckets[:4]}...")
+    return buckets
+
+
+def histogram_difference(after: Buckets, before: Buckets) -> Buckets:
+    """after - before, bucket by bucket: what was observed between two readings (the buckets are the same)."""
+    was = dict(before)
+    return [(bound, count - was.get(bound, 0.0)) for bound, count in after]
+
+
+def quantile(buckets: Buckets, q: float) -> float:
+    """The q-quantile (0 <= q <= 1) of what a histogram observed, as Prometheus' histogram_quantile estimates it: the
+    bucket the rank q * total falls in, its observations taken as spread evenly between its bounds (the first
+    bucket's lower bound 0); a rank in the +Inf bucket is given the highest finite bound."""
+    if not 0 <= q <= 1:
+        raise ValueError(f"q must be in [0, 1], got {q!r}")
+    total = buckets[-1][1] if buckets else 0.0
+    if total <= 0:
+        raise ValueError("quantile of an empty histogram: no request was counted")
+    rank, low, below = q * total, 0.0, 0.0
+    for bound, count in buckets:
+        if count >= rank and count > below:
+            if bound == math.inf:
+                return low
+            return low + (bound - low) * (rank - below) / (count - below)
+        low, below = bound, count
+    return low
+
+
 def _fields(c: Counters | dict) -> dict:
     if isinstance(c, Counters):
         return {name: getattr(c, name) for name in ("drafts", "draft_tokens", "accepted", "accepted_per_position",

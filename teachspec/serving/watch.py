@@ -30,8 +30,10 @@ needs none, since `/metrics` is open and the event sockets are socket files that
 (start_vllm makes them 0o700).
 
 What goes wrong is said once, and the log keeps what it had: a server that does not answer when the watcher starts
-raises a ServerError at once; one that dies later, or a message that is not a KV event batch, stops the watcher
-with `watcher.error` set, a warning, and the same error raised by the next `settle()` or `check()`. A server that
+raises a ServerError at once; one that dies later (a ServerGone), or a message that is not a KV event batch, stops
+the watcher with `watcher.error` set, a warning, and the same error raised by the next `settle()` or `check()`.
+Where a dying server is news rather than a failure (a replica of a cluster, cluster_watch.py), `on_gone` is called
+with the ServerGone instead, and the watcher stops quietly, its error kept in `gone`. A server that
 is only busy is not dead: on a CPU shared with the engine it serves, a /metrics reply can take seconds, so each
 read is given `patience` seconds (30 by default) before the server is said to have stopped answering. Nothing
 listening, or a reply that is not Prometheus text, is said at once.
@@ -48,6 +50,11 @@ Nothing on the socket is taken without looking, since whatever the watcher takes
 
 A gap in the numbers is said by a warning with the count of batches lost, and counted in `missed`; a batch seen
 twice (replayed, then live) is applied once and counted in `repeated`.
+
+Several watchers may share one log (`log=`), one per replica of a cluster: `replica=i` stamps i on every event this
+watcher writes (its blocks through `ReplicaLog`, its Counters), so the views tell the replicas' trees apart. The
+watchers of one log write one event at a time, each with its subscribers' calls: a live view sees the events in
+the order the log holds them, whichever thread wrote them.
 """
 
 from __future__ import annotations
@@ -55,11 +62,11 @@ from __future__ import annotations
 import threading
 import time
 import warnings
-
-from typing import Any
+import weakref
+from typing import Any, Callable
 
 # the trace loader's own type check, so that an event taken here is one a saved trace can load
-from teachspec.events import Counters, EventLog, _conforms, _type_name
+from teachspec.events import Counters, Event, EventLog, ReplicaLog, _conforms, _type_name
 from teachspec.serving import metrics
 from teachspec.serving.blocks import BlockTree
 from teachspec.serving.launch import ServerError, VllmServer
@@ -71,6 +78,29 @@ SOCKET = "the KV-event socket"
 
 class EventStreamError(ServerError):
     """A message on the KV-event socket that is not a KV event batch."""
+
+
+class ServerGone(ServerError):
+    """The server stopped answering while it was watched: it died, or was killed."""
+
+
+_WRITING: "weakref.WeakKeyDictionary[EventLog, threading.Lock]" = weakref.WeakKeyDictionary()
+_WRITING_LOCK = threading.Lock()
+
+
+class LogWriter:
+    """Where a watcher writes: `log`, one event at a time with every other watcher of the same log, each event
+    stamped with `replica` when one is given. It has the one method a BlockTree calls, `emit`."""
+
+    def __init__(self, log: EventLog, replica: int | None = None):
+        with _WRITING_LOCK:
+            self.lock = _WRITING.setdefault(log, threading.Lock())
+        self.log, self.replica = log, replica
+        self._to = log if replica is None else ReplicaLog(log, replica)
+
+    def emit(self, cls: type[Event], request: int = -1, **fields) -> Event:
+        with self.lock:  # the append and the subscribers' calls together: no other watcher's event in between
+            return self._to.emit(cls, request, **fields)
 
 
 def unpack_batch(frames: list[bytes], source: str = SOCKET) -> tuple[int, list[tuple[str, dict]]]:
@@ -157,10 +187,12 @@ def _is_hash(h: Any) -> bool:
 
 
 class Watcher:
-    """Follows one vLLM server's KV events and counters into `log` (a new EventLog unless given)."""
+    """Follows one vLLM server's KV events and counters into `log` (a new EventLog unless given); `replica` stamps
+    its events for a log several servers share, `on_gone` hears the server die (see the module docstring)."""
 
     def __init__(self, server: VllmServer | str, events_endpoint: str | None = None, log: EventLog | None = None,
-                 interval: float = 0.25, replay_endpoint: str | None = None, patience: float = 30.0):
+                 interval: float = 0.25, replay_endpoint: str | None = None, patience: float = 30.0,
+                 replica: int | None = None, on_gone: Callable[[ServerGone], None] | None = None):
         if isinstance(server, VllmServer):
             self.url, events_endpoint = server.url, events_endpoint or server.events_endpoint
             replay_endpoint = replay_endpoint or server.replay_endpoint
@@ -175,12 +207,20 @@ class Watcher:
         if not isinstance(events_endpoint, str) or not events_endpoint.startswith(("tcp://", "ipc://")):
             raise ValueError(f"events_endpoint must be where the server publishes KV events, tcp://HOST:PORT or "
                              f"ipc://FILE (its --kv-events-config endpoint), got {events_endpoint!r}")
+        if replica is not None and (isinstance(replica, bool) or not isinstance(replica, int) or replica < 0):
+            raise ValueError(f"replica must be the server's index in its cluster, an int >= 0, or None for a server "
+                             f"watched alone, got {replica!r}")
+        if on_gone is not None and not callable(on_gone):
+            raise TypeError(f"on_gone must be a function taking the ServerGone error, got {type(on_gone).__name__}")
         self.endpoint, self.replay_endpoint, self.interval = events_endpoint, replay_endpoint, interval
         self.patience = float(patience)
         self.log = log if log is not None else EventLog(pair=getattr(server, "pair", None))
-        self.tree = BlockTree(self.log)
+        self.replica, self.on_gone = replica, on_gone
+        self.writer = LogWriter(self.log, replica)
+        self.tree = BlockTree(self.writer)
         self.counters: Counters | None = None
         self.error: ServerError | None = None
+        self.gone: ServerGone | None = None   # the server died while watched, and `on_gone` was told
         self.missed = 0                       # batches lost in a gap of sequence numbers
         self.repeated = 0                     # batches seen twice (replayed, then live), applied once
         self.batches = 0
@@ -200,7 +240,7 @@ class Watcher:
         try:
             self._read_counters()
         except metrics.MetricsError as e:
-            raise ServerError(f"cannot watch {self.url}: {e}") from None
+            raise ServerError(f"cannot watch {self.url}: {e}") from None  # never started: not "gone"
         self._context = zmq.Context()
         self._socket = self._context.socket(zmq.SUB)
         self._socket.setsockopt(zmq.SUBSCRIBE, b"")
@@ -291,8 +331,8 @@ class Watcher:
         self._replay.send_multipart([b"", start.to_bytes(8, "big")])
         for _ in range(MAX_JUMP + 1):  # a replay socket that never says it is done is a broken one
             if not self._replay.poll(10_000):
-                raise ServerError(f"the vLLM server at {self.url} did not answer its replay socket "
-                                  f"({self.replay_endpoint}) within 10 s")
+                raise ServerGone(f"the vLLM server at {self.url} did not answer its replay socket "
+                                 f"({self.replay_endpoint}) within 10 s")
             frames = self._replay.recv_multipart()[1:]  # after the empty delimiter: topic, sequence, payload
             if len(frames) == 3 and frames[1] == (-1).to_bytes(8, "big", signed=True):
                 return
@@ -334,15 +374,19 @@ class Watcher:
         try:
             self._read_counters()
         except metrics.MetricsError as e:
-            raise ServerError(f"the vLLM server at {self.url} stopped answering while watched: {e}. The view keeps "
-                              f"the {len(self.log)} events it had") from None
+            raise ServerGone(f"the vLLM server at {self.url} stopped answering while watched: {e}. The view keeps "
+                             f"the {len(self.log)} events it had") from None
 
     def _read_counters(self) -> None:
         with self._reading:
             fields = metrics.counters(metrics.read(self.url, timeout=self.patience))
             if self.counters is None or any(getattr(self.counters, k) != v for k, v in fields.items()):
-                self.counters = self.log.emit(Counters, source=self.url, **fields)
+                self.counters = self.writer.emit(Counters, source=self.url, **fields)
 
     def _fail(self, error: ServerError) -> None:
+        if isinstance(error, ServerGone) and self.on_gone is not None:
+            self.gone = error  # news for whoever watches a cluster, not a failure of this watcher
+            self.on_gone(error)
+            return
         self.error = error
         warnings.warn(str(error), RuntimeWarning, stacklevel=2)

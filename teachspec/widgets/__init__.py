@@ -4,6 +4,8 @@
 
     SpeculationView(engine.events, decode=pair)        the text growing step by step, with every verdict
     RadixTreeView(log, decode=pair, budget=4096)       the cache tree changing, with a memory bar
+    ClusterView(log, decode=pair)                      many replicas behind a router: each request's route, each
+                                                       replica's block tree and hit rate, side by side (cluster.py)
     TokenTreeView(log, decode=pair)                    each tree of guesses (tree=...): its verdicts, its accepted
                                                        path and the tree attention mask of its one target pass
     SpeculationView.live(engine.events, decode=pair)   the same, following a generation while it runs
@@ -38,6 +40,7 @@ Where things live, each module importing only those above it in this list:
     live.py     following a running log without slowing it                  page.py    a view as HTML
     base.py     ReplayView: a view's frames sent to the browser             layout.py  the tree's layout
     speculation.py, radix.py, token_tree.py   the views                     svg.py     tree and text as pictures
+    cluster.py  the replicas' trees side by side, with the routes
     export.py   views of a trace, side_by_side, export_html                 measure.py, charts.py   numbers
                                                                             chartsvg.py  a chart as a picture
                                                                             explore.py, batch.py  sliders
@@ -45,6 +48,7 @@ Where things live, each module importing only those above it in this list:
 
 from teachspec.widgets import charts
 from teachspec.widgets.batch import batch_figure, explore_batch
+from teachspec.widgets.cluster import ClusterView
 from teachspec.widgets.explore import explore_pass_cost, explore_speedup
 from teachspec.widgets.export import export_html, side_by_side
 from teachspec.widgets.predict import Predict
@@ -52,5 +56,5 @@ from teachspec.widgets.radix import RadixTreeView
 from teachspec.widgets.speculation import SpeculationView
 from teachspec.widgets.token_tree import TokenTreeView
 
-__all__ = ["Predict", "RadixTreeView", "SpeculationView", "TokenTreeView", "batch_figure", "charts",
+__all__ = ["ClusterView", "Predict", "RadixTreeView", "SpeculationView", "TokenTreeView", "batch_figure", "charts",
            "explore_batch", "explore_pass_cost", "explore_speedup", "export_html", "side_by_side"]

@@ -110,6 +110,8 @@ def describe(event: Event, index: int | None = None) -> str:
         if f.name in ("t", "request") or f.name.startswith("top_"):
             continue
         value = getattr(event, f.name)
+        if value is None:  # an optional field left out (a Match's proposed, one server's replica): nothing to say
+            continue
         if isinstance(value, list):
             shown = ", ".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in value[:8])
             value = f"[{shown}{f', ... {len(value)} in all' if len(value) > 8 else ''}]"

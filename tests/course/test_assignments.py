@@ -248,7 +248,7 @@ def _solution_module(assignment: str, folder: Path, monkeypatch) -> object:
 def test_the_solutions_pass_the_whole_exercise_checks(tmp_path, monkeypatch, capsys):
     """Each exercise's check, called as a script or a test would call it: on the answer of a module, judged on
     the code of the module's file, every part of it."""
-    a1, a2, a3, a4, a5, a6, a7 = (_solution_module(a, tmp_path, monkeypatch) for a in sorted(cs.ASSIGNMENTS))
+    a1, a2, a3, a4, a5, a6, a7, a8 = (_solution_module(a, tmp_path, monkeypatch) for a in sorted(cs.ASSIGNMENTS))
     checks.check_acceptance_rule(a1.speculative_step)
     checks.check_radix(a2.Radix)
     checks.check_choose_k(a3.choose_k)
@@ -261,8 +261,11 @@ def test_the_solutions_pass_the_whole_exercise_checks(tmp_path, monkeypatch, cap
     checks.check_followers(a7.followers)
     checks.check_longest_match(a7.longest_match)
     checks.check_suffix_guess(a7.guess)
+    checks.check_match(a8.match)
+    checks.check_imbalanced(a8.imbalanced)
+    checks.check_route(a8.route)
     said = capsys.readouterr().out
-    assert said.count("All checks passed.") == 11 and said.count("ok  a") == 21, said
+    assert said.count("All checks passed.") == 14 and said.count("ok  a") == 25, said
 
 
 # -- wrong implementations written other ways, and what the checks say -------------------------------------------
@@ -613,3 +616,50 @@ def test_the_otter_master_notebook_is_the_same_assignment_in_otters_format():
             names.append(f"{question} - {n}")
     assert plugin["tests"] == dict(zip(names, _parts(nb)))
     assert [i for i, c in enumerate(master.cells) if secret in c.source] == [0]
+
+
+def test_a8_the_grader_s_match_route_and_router_are_the_library_s():
+    """sent_match against the router's ApproxTree (the characters matched, and the worker holding where the match
+    ends), route_of against cache_aware's choice from the same tree and loads, and route_of as the simulator's
+    router against cache_aware on the grader's workloads, route for route; on the visible workload made for it,
+    cache-aware routing gains GAIN over round robin, and the two classic bugs the simulated part names route
+    otherwise on the visible workloads."""
+    from teachspec.course import grading
+    from teachspec.routing.approx_tree import ApproxTree
+    from teachspec.routing.policies import make_policy
+    from teachspec.routing.simulate import simulate
+
+    draws = grading.Draws(9)
+    for _ in range(500):
+        text, sent, _ = grading.sent_case(draws)
+        tree = ApproxTree()
+        for s, w in sent:
+            tree.insert(s, w)
+        found = tree.match(text)
+        assert grading.sent_match(sent, text) == (found.chars, found.worker if found.chars else None), (sent, text)
+    for text, sent, loads, t, a, r in grading.route_cases(draws, 500):
+        policy = make_policy("cache_aware", len(loads), cache_threshold=t, balance_abs_threshold=a,
+                             balance_rel_threshold=r)
+        for s, w in sent:
+            policy.tree.insert(s, w)
+        assert policy.choose(text, "", loads, [True] * len(loads)) == grading.route_of(text, sent, loads, t, a, r)
+    visible = [(8, 4, 24, 4, 0.3, 64, 1.5), (6, 3, 30, 8, 0.3, 1, 1.25)]
+    for n, (tenants, replicas, kv_blocks, concurrency, *knobs) in enumerate(visible * 3):
+        arrivals = grading.tenant_arrivals(draws, tenants, 64)
+        where = dict(kv_blocks=kv_blocks, block_size=4, concurrency=concurrency)
+        options = dict(zip(("cache_threshold", "balance_abs_threshold", "balance_rel_threshold"), knobs))
+        want = simulate(arrivals, replicas, "cache_aware", **where, **options)
+        policy = grading.route_policy(grading.route_of, replicas, tuple(knobs))
+        assert simulate(arrivals, replicas, policy, **where).routes == want.routes
+        if n % 2 == 0:
+            assert want.hit_rate >= grading.GAIN * simulate(arrivals, replicas, "round_robin", **where).hit_rate
+    for _, bug in grading.ROUTE_BUGS[1:]:  # round robin below the threshold, the loads ignored
+        routed_otherwise = False
+        for tenants, replicas, kv_blocks, concurrency, *knobs in visible:
+            arrivals = grading.tenant_arrivals(grading.Draws(grading.seed_of("a8.simulated")), tenants, 64)
+            where = dict(kv_blocks=kv_blocks, block_size=4, concurrency=concurrency)
+            policy = grading.route_policy(lambda *case, bug=bug: grading.route_of(*case, **bug), replicas,
+                                          tuple(knobs))
+            routed_otherwise |= simulate(arrivals, replicas, policy, **where).routes != simulate(
+                arrivals, replicas, grading.route_policy(grading.route_of, replicas, tuple(knobs)), **where).routes
+        assert routed_otherwise, bug

@@ -1,4 +1,4 @@
-"""The graders' round trips, as an instructor runs them: the seven assignments' solutions through nbgrader and
+"""The graders' round trips, as an instructor runs them: the eight assignments' solutions through nbgrader and
 through Otter-Grader, a blank copy and one classic bug of two assignments through nbgrader (both graders take their
 verdicts from one path, teachspec.course.autograde; tests/course/test_assignments.py judges every assignment's
 blank copy and bugs on that path without a grader around it), and, through both, the submissions that game the grader itself (`cs.GRADER_GAMING`: the grader's own references imported, runpy / the checks / builtins

@@ -24,7 +24,7 @@ from teachspec.widgets.predict import FOLDED
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
-LECTURES = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))  # 01_ ... 14_: the name sorts in lecture order
+LECTURES = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))  # 01_ ... 15_: the name sorts in lecture order
 APPENDICES = sorted((NOTEBOOKS / "appendix").glob("*.ipynb"))
 STUDENTS = sorted((NOTEBOOKS / "assignments").glob("a*.ipynb"))  # the assignments as students get them
 SOLUTIONS = sorted((ROOT / "teachspec/course/sources").glob("a*.ipynb"))  # the instructor's, which nbval runs
@@ -50,7 +50,7 @@ def _pair_loadable() -> bool:
 # -- what is committed ---------------------------------------------------------------------------------------------
 
 def test_the_course_is_all_there():
-    assert len(LECTURES) == 14, [p.name for p in LECTURES]
+    assert len(LECTURES) == 15, [p.name for p in LECTURES]
     index = nbformat.read(NOTEBOOKS / "index.ipynb", as_version=4)
     text = "\n".join(c.source for c in index.cells)
     assert len(STUDENTS) >= 6 and [p.name for p in STUDENTS] == [p.name for p in SOLUTIONS]

@@ -179,8 +179,8 @@ def _damaged(value, hint) -> list:
 
 
 PRESENT = {"top_p": [[9, 0.6]], "top_q": [[9, 0.5]], "top_residual": [[2, 0.4]], "ids": [1, 2, 3, 4, 5],
-           "proposed": [3, 4]}  # for the optional fields the valid trace leaves out (the insert's ids: one per
-# each of its 5 tokens; a suffix tree's match proposes nodes below it)
+           "proposed": [3, 4], "replica": 1}  # for the optional fields the valid trace leaves out (the insert's ids:
+# one per each of its 5 tokens; a suffix tree's match proposes nodes below it; a cluster's replica)
 MEANINGLESS = []
 for kind, i in FIRST.items():
     row, hints = ROWS[i], typing.get_type_hints(KINDS[kind], include_extras=True)

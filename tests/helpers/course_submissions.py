@@ -216,12 +216,39 @@ BUGS: dict[str, dict[str, tuple[str, list[tuple[str, str]], set[str], str]]] = {
         "min_prob ignored": (
             "guess", [("        if prob < min_prob:\n            break\n", "")], {"stop"}, r"ignores min_prob"),
     },
+    "a8": {
+        "a sent text counted only whole": (
+            "match", [("        n = 0\n        while n < min(len(s), len(text)) and s[n] == text[n]:\n"
+                       "            n += 1\n", "        n = len(s) if text.startswith(s) else 0\n")], {"match"},
+            r"only when the whole of it begins the request"),
+        "a match one short at the end": (
+            "match", [("while n < min(len(s), len(text)) and", "while n < min(len(s), len(text)) - 1 and")],
+            {"match"}, r"one short when the match runs to the end"),
+        "ties to the last sent": (
+            "match", [("if n > best:", "if n >= best:")], {"match"}, r"ties go to the earliest"),
+        "imbalanced when either holds": (
+            "imbalanced", [(" and high > low", " or high > low")], {"imbalanced"}, r"imbalanced when either"),
+        "imbalanced on the boundary": (
+            "imbalanced", [("high - low > abs_threshold and high > low",
+                            "high - low >= abs_threshold and high >= low")], {"imbalanced"},
+            r"Both conditions are strict"),
+        "the threshold compared with >=": (
+            "route", [("> cache_threshold:", ">= cache_threshold:")], {"route"}, r"MORE than cache_threshold"),
+        "round robin below the threshold": (
+            "route", [("    return least_loaded(loads)  # a prefix nobody has",
+                       "    return len(sent) % len(loads)  # a prefix nobody has")],
+            {"route", "simulated"}, r"That is round robin below the threshold"),
+        "the loads ignored": (
+            "route", [("    if imbalanced(loads, abs_threshold, rel_threshold):\n"
+                       "        return least_loaded(loads)  # balance first, whatever the request matches\n", "")],
+            {"route", "simulated"}, r"never looks at the loads"),
+    },
 }
 
 # One classic bug per assignment for the graders' round trips.
 ROUND_TRIP_BUG = {"a1": "resample from p, not the residual", "a2": "locks ignored", "a3": "k = 0 left out",
                   "a4": "p' never updated", "a5": "branches in token order", "a6": "the causal mask",
-                  "a7": "ties to the larger token id"}
+                  "a7": "ties to the larger token id", "a8": "round robin below the threshold"}
 
 # Ways to game the checks: name -> (assignment, what it starts from: the solution (None), "blank" or a bug, the
 # exercise cell its code is appended to, the code, the parts it must not earn).
@@ -344,6 +371,22 @@ GAMING = {
     "a7 replaces the check functions": ("a7", "blank", "guess", (
         "import teachspec.course.checks as _c\n"
         "_c.check = lambda *a, **k: print('ok')"), {"followers", "match", "choice", "stop"}),
+    "a8 route hands the request to teachspec's cache_aware": ("a8", None, "route", (
+        "from teachspec.routing.policies import make_policy\n"
+        "def route(text, sent, loads, cache_threshold, abs_threshold, rel_threshold):\n"
+        "    policy = make_policy('cache_aware', len(loads), cache_threshold=cache_threshold,\n"
+        "                         balance_abs_threshold=abs_threshold, balance_rel_threshold=rel_threshold)\n"
+        "    for s, w in sent:\n"
+        "        policy.tree.insert(s, w)\n"
+        "    return policy.choose(text, '', loads, [True] * len(loads))"), {"route", "simulated"}),
+    "a8 match wraps the router's ApproxTree": ("a8", None, "match", (
+        "from teachspec.routing.approx_tree import ApproxTree\n"
+        "def match(sent, text):\n"
+        "    tree = ApproxTree()\n"
+        "    for s, w in sent:\n"
+        "        tree.insert(s, w)\n"
+        "    found = tree.match(text)\n"
+        "    return found.chars, found.worker if found.chars else None"), {"match"}),
 }
 
 

@@ -2,8 +2,9 @@
 every kind and round-trips them; tests/events/test_trace_validation.py damages each of its fields on its own. A new
 event kind gets one event here."""
 
-from teachspec.events import Accept, Bonus, Counters, Draft, Evict, EventLog, Finish, Insert, Lock, Match, Prefill, \
-    ProgramSpan, ProgramStep, Reject, RequestStart, Resample, Score, Split, TreeDraft, Unlock, Verify
+from teachspec.events import Accept, Bonus, Counters, Draft, Evict, EventLog, Finish, Health, Insert, Lock, Match, \
+    Prefill, ProgramSpan, ProgramStep, Reject, ReplicaLog, RequestStart, Resample, Route, Score, Split, TreeDraft, \
+    Unlock, Verify
 
 
 def sample_log() -> EventLog:
@@ -34,4 +35,7 @@ def sample_log() -> EventLog:
     log.emit(ProgramSpan, -1, run=0, branch=0, call="select", name="answer", start=7, stop=8, text=" yes")
     log.emit(Counters, -1, source="http://127.0.0.1:8000", drafts=2, draft_tokens=6, accepted=4,
              accepted_per_position=[2, 1, 1], prefix_queries=40, prefix_hits=32, requests=1)
+    log.emit(Route, 3, replica=1, policy="cache_aware", key="tenant 0", prompt_tokens=64)
+    ReplicaLog(log, 1).emit(Insert, 3, node=1, parent=0, tokens=32, cached=0)
+    log.emit(Health, -1, replica=1, url="http://127.0.0.1:8001", state="down")
     return log

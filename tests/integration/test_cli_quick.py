@@ -56,7 +56,8 @@ LEAVES = [words for words, ap in COMMANDS.items() if words and not any(
 def test_every_command_is_here():
     assert sorted(" ".join(w) for w in LEAVES) == sorted([
         "generate", "demo", "student", "traces", "pin", "course", "grading", "bench speculative", "bench mechanics",
-        "bench radix", "bench program", "bench widgets", "bench contention", "bench serving", "bench batch", "serve"])
+        "bench radix", "bench program", "bench widgets", "bench contention", "bench serving", "bench batch",
+        "bench routing", "serve"])
 
 
 @pytest.mark.parametrize("words", list(COMMANDS), ids=lambda w: " ".join(w) or "teachspec")
@@ -105,6 +106,10 @@ BAD = [
     (("bench", "batch", "--k", "0"), "argument --k: must be >= 1, got 0", False),
     (("serve", "--speculate", "eagle"), "argument --speculate: 'eagle' is not one of none, model, ngram", False),
     (("serve", "--kv-blocks", "1"), "argument --kv-blocks: must be >= 2, got 1", False),
+    (("serve", "--replicas", "0"), "argument --replicas: must be >= 1, got 0", False),
+    (("serve", "--router", "fastest"), "argument --router: invalid choice: 'fastest'", False),
+    (("bench", "routing", "--policies", "fastest"), "'fastest'", False),
+    (("bench", "routing", "--replicas", "0"), "argument --replicas: must be >= 1, got 0", False),
     (("serve", "--pair", "/no/such/pair"), "'/no/such/pair' is neither tiny (the bundled pair) nor a folder", False),
     (("bench",), "the following arguments are required: BENCH", False),
     (("student", "/no/such.ipynb"), "argument solution: '/no/such.ipynb' is not a file", False),

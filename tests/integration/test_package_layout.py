@@ -5,7 +5,7 @@ The layers, lowest first; a module may import its own layer and the ones below, 
 
     0  validate, renamed, events, device, threads, busy, stats, theory, sampling, stopping, templates, hub, kv
     1  models                      the pairs, their loading, the EAGLE head
-    2  speculative, radix, workloads
+    2  speculative, radix, routing, workloads
     3  speculate, request          the registry of drafters, one request's state
     4  engine, decode              speculative and plain decoding
     5  chat, program
@@ -27,7 +27,7 @@ LAYERS = [
     {"validate", "renamed", "events", "device", "threads", "busy", "stats", "theory", "sampling", "stopping",
      "templates", "hub", "kv"},
     {"models"},
-    {"speculative", "radix", "workloads"},
+    {"speculative", "radix", "routing", "workloads"},
     {"speculate", "request"},
     {"decode", "engine"},
     {"chat", "program"},

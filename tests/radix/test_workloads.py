@@ -289,3 +289,42 @@ def test_get_builds_by_name_and_lists_the_names_when_wrong():
 def test_bad_parameters_are_named(build, message):
     with pytest.raises((ValueError, TypeError), match=message):
         build()
+
+
+# -- tenants -----------------------------------------------------------------------------------------------------
+
+def test_tenants_each_have_their_own_system_prompt_and_a_zipf_share_of_the_requests(defaults):
+    w = defaults["tenants"]
+    assert len(w.requests) == 48 and all(r.tenant and r.group.startswith(r.tenant) for r in w.requests)
+    counts = [sum(r.tenant == f"tenant {t}" for r in w.requests) for t in range(6)]
+    assert counts == sorted(counts, reverse=True) and counts[0] >= 2 * counts[-1]
+    systems, end = {}, "Answer each question in one short sentence."
+    for r in w.requests:
+        system = r.prompt.split(end)[0] + end
+        assert systems.setdefault(r.tenant, system) == system
+    firsts = [encode(s) for s in systems.values()]
+    assert all(180 <= len(s) <= 195 for s in firsts), [len(s) for s in firsts]
+    assert max(common_prefix(a, b) for a, b in itertools.combinations(firsts, 2)) < 32  # not one shared block
+    sizes = [len(s) for s in tokens(w)]
+    assert 200 <= min(sizes) and max(sizes) <= 400
+
+
+def test_tenants_mix_few_shot_questions_and_chats_whose_turns_arrive_in_order(defaults):
+    w = defaults["tenants"]
+    kinds = {r.group.split(" ")[2] for r in w.requests}
+    assert kinds == {"few-shot", "chat"}
+    for c in w.conversations:
+        prompts = [r.prompt for r in w.requests if r.group == c.group]
+        assert prompts == [c.prompt(i) for i in range(len(prompts))]  # in order, each a prefix of the next
+        assert all(a in b for a, b in zip(prompts, prompts[1:]))
+    few_shot = [r for r in w.requests if r.group.endswith("few-shot") and r.tenant == "tenant 0"]
+    assert len({r.prompt.rsplit("Question: ", 1)[0] for r in few_shot}) == 1  # the tenant's own worked examples
+    assert all(r.prompt.count("Question: ") == 3 for r in few_shot)  # 2 shots and the question
+
+
+def test_tenants_interleave_arrivals_differently_per_seed():
+    a, b = W.tenants(n_tenants=3, n_requests=12, seed=1), W.tenants(n_tenants=3, n_requests=12, seed=2)
+    assert [r.tenant for r in a.requests] != [r.tenant for r in b.requests]
+    assert W.tenants(n_tenants=2, n_requests=6, zipf=0, chat_turns=1).requests[0].max_new_tokens == 8
+    with pytest.raises(ValueError, match="zipf must be a number >= 0"):
+        W.tenants(zipf=-1)
