@@ -610,7 +610,7 @@ def parser() -> Parser:
     bt.add_argument("--policies", nargs="+", choices=POLICIES, default=list(POLICIES), metavar="POLICY",
                     help=f"the policies, each on a fresh cluster (default: all of {', '.join(POLICIES)})")
     bt.add_argument("--replicas", type=whole(1), default=2, help="vLLM replicas behind the router (default 2)")
-    bt.add_argument("--kv-blocks", type=whole(32), default=48,
+    bt.add_argument("--kv-blocks", type=whole(33), default=48,
                     help="each replica's KV cache in 32-token blocks, at least one 1024-token request (default 48)")
     bt.add_argument("--concurrency", type=whole(1), default=8, help="requests in flight at once (default 8)")
     bt.add_argument("--requests", type=whole(1), default=96, help="requests in the workload (default 96)")

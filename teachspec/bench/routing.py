@@ -161,8 +161,9 @@ def check_policies(policies) -> tuple[str, ...]:
 
 
 def check_kv_blocks(kv_blocks) -> int:
-    """A replica's KV cache must hold one request as long as the server allows, or vLLM refuses to start."""
-    least = MAX_MODEL_LEN // BLOCK_SIZE
+    """A replica's KV cache must hold one request as long as the server allows besides the block vLLM keeps aside,
+    or vLLM refuses to start (start_vllm checks the same)."""
+    least = MAX_MODEL_LEN // BLOCK_SIZE + 1
     check_int("kv_blocks", kv_blocks, least)
     return kv_blocks
 

@@ -256,6 +256,13 @@ def start_vllm(pair: str | Path = "tiny", *, speculate: str | None = None, k: in
     if kv_blocks is not None and (isinstance(kv_blocks, bool) or not isinstance(kv_blocks, int) or kv_blocks < 2):
         raise ValueError(f"kv_blocks must be an int >= 2 (blocks of KV cache), or None for vLLM's sizing, got "
                          f"{kv_blocks!r}")
+    # vLLM keeps one block aside (its null block) and refuses, after a long start, a cache that cannot hold one
+    # request of max_model_len in the rest
+    if kv_blocks is not None and (kv_blocks - 1) * block_size < max_model_len:
+        raise ValueError(f"kv_blocks={kv_blocks} of {block_size} tokens hold {(kv_blocks - 1) * block_size} tokens "
+                         f"for requests (vLLM keeps one block aside), fewer than one request of max_model_len="
+                         f"{max_model_len}: give kv_blocks >= {-(-max_model_len // block_size) + 1} or a smaller "
+                         f"max_model_len")
     if api_key is None:
         api_key = os.environ.get("TEACHSPEC_API_KEY") or None  # set but empty is no key, as for vLLM
     if api_key is not None and (not isinstance(api_key, str) or not api_key or not api_key.isprintable()

@@ -107,7 +107,7 @@ def test_agreement_counts_the_requests_placed_alike():
     (dict(policies=["fastest"]), r"\['fastest'\] are not routing policies"),
     (dict(policies=[]), "non-empty list"),
     (dict(policies="cache_aware"), "non-empty list"),
-    (dict(kv_blocks=8), "kv_blocks must be >= 32"),
+    (dict(kv_blocks=32), "kv_blocks must be >= 33"),
     (dict(concurrency=0), "concurrency must be >= 1"),
     (dict(replicas=0), "replicas must be an int >= 1"),
     (dict(router_options={"cache_threshold": 2.0}), "cache_threshold must be"),
@@ -129,7 +129,7 @@ def test_bench_needs_a_bundled_pair(pair):
 @pytest.mark.parametrize("argv, message", [
     (["--policies", "cache_aware", "cache_aware"], "argument --policies: must be distinct"),
     (["--policies", "fastest"], "argument --policies: invalid choice: 'fastest'"),
-    (["--kv-blocks", "16"], "argument --kv-blocks: must be >= 32, got 16"),
+    (["--kv-blocks", "32"], "argument --kv-blocks: must be >= 33, got 32"),
     (["--replicas", "0"], "argument --replicas: must be >= 1, got 0"),
     (["--requests", "x"], "argument --requests: 'x' is not a whole number"),
 ])
@@ -150,7 +150,7 @@ def test_json_alone_prints_and_json_with_a_file_writes(tmp_path):
     assert parse("--json", str(tmp_path / "out.json")).json == tmp_path / "out.json"
     defaults = parse()
     assert (defaults.policies, defaults.replicas, defaults.kv_blocks, defaults.concurrency) == (
-        list(routing.POLICIES), 2, 48, 4)
+        list(routing.POLICIES), 2, 48, 8)
 
 
 def test_trace_paths_name_the_policy():

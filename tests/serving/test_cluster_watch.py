@@ -4,6 +4,7 @@ way vLLM sends them; then, where vLLM is installed and the cluster module exists
 from __future__ import annotations
 
 import http.server
+import os
 import threading
 import time
 import warnings
@@ -185,7 +186,6 @@ def test_a_watcher_alone_stamps_nothing_as_before(replicas):
 # -- two real replicas --------------------------------------------------------------------------------------------
 
 def test_two_real_replicas_are_watched_and_one_killed(tmp_path):
-    pytest.importorskip("teachspec.serving.cluster", reason="teachspec/serving/cluster.py is not there yet")
     from teachspec.serving import ServerError, vllm_python
     from teachspec.serving.cluster import router_binary, start_cluster
 
@@ -193,8 +193,10 @@ def test_two_real_replicas_are_watched_and_one_killed(tmp_path):
         vllm_python()
         router_binary()
     except ServerError as e:
+        if "1" in (os.environ.get("TEACHSPEC_REQUIRE_VLLM"), os.environ.get("TEACHSPEC_REQUIRE_ROUTER")):
+            raise  # as in CI: a missing vLLM or router is a failure there, not a skip
         pytest.skip(str(e).splitlines()[0])
-    with start_cluster("tiny", replicas=2, policy="round_robin", kv_blocks=16) as cluster, \
+    with start_cluster("tiny", replicas=2, policy="round_robin", kv_blocks=40) as cluster, \
             ClusterWatcher(cluster) as watcher:
         cluster.kill(1)
         wait_for(lambda: watcher.down == [1], timeout=30)

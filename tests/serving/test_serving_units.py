@@ -356,6 +356,7 @@ def test_layout_puts_the_tokenizer_beside_each_model(tmp_path):
 @pytest.mark.parametrize("kwargs, match", [
     (dict(speculate="eagle"), "speculate must be one of"), (dict(k=0), "k must be an int from 1 to 16"),
     (dict(block_size=16), "block_size must be a positive multiple of 32"), (dict(kv_blocks=1), "kv_blocks must be"),
+    (dict(kv_blocks=32), "hold 992 tokens for requests .* fewer than one request of max_model_len=1024"),
     (dict(api_key=" key "), "api_key must be a non-empty string"), (dict(api_key="a\nb"), "api_key must be"),
 ])
 def test_bad_server_settings_are_refused_before_anything_starts(kwargs, match, monkeypatch, tmp_path):
