@@ -43,6 +43,8 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from teachspec.radix.schedule import common_prefix
+
 Prompt = str | Sequence[int]  # text (sgl-router: a character tree) or token ids (vllm-router: a token tree)
 
 
@@ -76,12 +78,7 @@ def _common(edge: Prompt, prompt: Prompt, i: int) -> int:
     ahead = prompt[i:i + len(edge)]
     if ahead == edge:  # the usual case, compared at C speed: the whole edge
         return len(edge)
-    n = 0
-    for x, y in zip(edge, ahead):
-        if x != y:
-            break
-        n += 1
-    return n
+    return common_prefix(edge, ahead)  # element by element: characters or token ids alike
 
 
 def _edge(prompt: Prompt, i: int, j: int | None = None) -> Prompt:
