@@ -19,6 +19,7 @@ from teachspec.serving import EventStreamError, Watcher
 from teachspec.serving.cluster_watch import ClusterWatcher
 from teachspec.serving.launch import VllmServer
 from teachspec.widgets.cluster import ClusterView
+from helpers.servers import MetricsHandler
 
 B = 4  # block size of the hand-made streams
 METRICS = """vllm:prefix_cache_queries_total{engine="0",model_name="m"} 100.0
@@ -27,16 +28,8 @@ vllm:request_success_total{engine="0",finished_reason="stop",model_name="m"} 3.0
 """
 
 
-class Metrics(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        data = METRICS.encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
+class Metrics(MetricsHandler):
+    body = METRICS
 
 
 class Replica:

@@ -19,6 +19,7 @@ from teachspec.serving import BlockTree, EventStreamError, MetricsError, ServerE
 from teachspec.serving.watch import unpack_batch
 from teachspec.stats import Stats
 from teachspec.widgets import RadixTreeView
+from helpers.servers import MetricsHandler
 
 B = 4  # block size of the hand-made streams
 
@@ -141,18 +142,8 @@ def test_metrics_that_are_not_prometheus_text_are_refused(text):
 
 # -- the watcher against sockets that misbehave -------------------------------------------------------------------
 
-class Metrics(http.server.BaseHTTPRequestHandler):
+class Metrics(MetricsHandler):
     body = METRICS
-
-    def do_GET(self):
-        data = self.body.encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
 
 
 @pytest.fixture
