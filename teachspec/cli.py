@@ -610,15 +610,15 @@ def parser() -> Parser:
     bt.add_argument("--policies", nargs="+", choices=POLICIES, default=list(POLICIES), metavar="POLICY",
                     help=f"the policies, each on a fresh cluster (default: all of {', '.join(POLICIES)})")
     bt.add_argument("--replicas", type=whole(1), default=2, help="vLLM replicas behind the router (default 2)")
-    bt.add_argument("--kv-blocks", type=whole(33), default=48,
-                    help="each replica's KV cache in 32-token blocks, at least one 1024-token request (default 48)")
+    bt.add_argument("--kv-blocks", type=whole(33), default=64,
+                    help="each replica's KV cache in 32-token blocks, at least one 1024-token request (default 64)")
     bt.add_argument("--concurrency", type=whole(1), default=8, help="requests in flight at once (default 8)")
     bt.add_argument("--requests", type=whole(1), default=96, help="requests in the workload (default 96)")
     bt.add_argument("--tenants", type=whole(1), default=10, help="tenants (default 10)")
-    bt.add_argument("--zipf", type=number(0), default=0.6,
-                    help="tenant t sends a share of the requests ~ 1 / (t + 1)^zipf; 0: all alike (default 0.6)")
-    bt.add_argument("--system-tokens", type=whole(1), default=192,
-                    help="tokens of each tenant's system prompt, the prefix its requests share (default 192)")
+    bt.add_argument("--zipf", type=number(0), default=0.3,
+                    help="tenant t sends a share of the requests ~ 1 / (t + 1)^zipf; 0: all alike (default 0.3)")
+    bt.add_argument("--system-tokens", type=whole(1), default=320,
+                    help="tokens of each tenant's system prompt, the prefix its requests share (default 320)")
     bt.add_argument("--json", nargs="?", const=True, type=new_file, default=None, metavar="FILE",
                     help="alone: print the result as JSON instead of the table; with FILE: also write it there")
     bt.add_argument("--trace", type=new_file, default=None, metavar="FILE",

@@ -30,9 +30,19 @@ and reports
     identical             every greedy output token for token teachspec's own (an Engine, plain decoding, cache off,
                           on the same ids)
     simulated             `routing.simulate` on the same arrivals, replica URLs (consistent_hash hashes them),
-                          KV blocks and concurrency: its hit rate beside the real one, and the share of requests it
-                          routes where the router did (round_robin and consistent_hash are deterministic and should
-                          agree on every request; random and power_of_two only by chance)
+                          KV blocks, concurrency and the router's worker order (below): its hit rate beside the
+                          real one, and the share of requests it routes where the router did (round_robin and
+                          consistent_hash are deterministic and should agree on nearly every request; random and
+                          power_of_two only by chance)
+
+The router's worker order decides round_robin's turns and every tie of cache_aware's least-loaded choice, and
+vllm-router draws it anew each time it starts (routing/policies.py). The client sends its requests SPACING_S apart
+at least, so they reach the router in the workload's order (requests a batch answers together would otherwise race,
+and round robin would deal them out in the order the race ended), and the worker order is read back from the routes:
+the replicas in the order they first answered (request 0's replica first). With the replicas on cores of their own
+(`cluster.replica_cores`), the requests in order and the router's order known, the simulator follows the router
+closely; before, cache_aware's placement of new tenants varied from run to run (a 31/65 split in one run, 60/36 in
+the next).
 
 Prompts travel as token ids, the bundled tokenizer's, because vllm-router 0.1.17's cache_aware matches token ids:
 given text, it counts the request as "missing_tokens" (its /metrics, vllm_router_prefix_routing_decisions_total)
@@ -63,6 +73,7 @@ BLOCK_SIZE = 32         # vLLM's CPU attention needs blocks of a multiple of 32 
 MAX_MODEL_LEN = 1024    # start_vllm's default, which start_cluster keeps: a prompt and its new tokens must fit
 SETTLE_S = 15.0         # at most this long for a replica's counters to count every request it answered
 WARM_UP = "Warm up"     # shorter than a block: a replica caches none of it
+SPACING_S = 0.01        # between two requests' sending (client.run_all): they reach the router in order
 
 
 @dataclass
@@ -94,6 +105,7 @@ class PolicyRun:
     simulated_hit_rate: float       # routing.simulate's hit rate for the same arrivals
     simulated_balance: float
     routes_agree: float             # share of requests the simulator sent to the replica the router chose
+    router_order: list[int] = field(default_factory=list)     # the router's worker order, read from its routes
     per_replica: list[Replica] = field(default_factory=list)
     routes: list[int | None] = field(default_factory=list)     # each request's replica (None: no answer)
     simulated_routes: list[int] = field(default_factory=list)
@@ -170,13 +182,13 @@ def check_kv_blocks(kv_blocks) -> int:
 
 # -- the bench ----------------------------------------------------------------------------------------------------
 
-def bench(pair: Pair, policies: Sequence[str] = POLICIES, replicas: int = 2, kv_blocks: int = 48,
-          concurrency: int = 8, n_tenants: int = 10, n_requests: int = 96, zipf: float = 0.6, max_new_tokens: int = 8,
+def bench(pair: Pair, policies: Sequence[str] = POLICIES, replicas: int = 2, kv_blocks: int = 64,
+          concurrency: int = 8, n_tenants: int = 10, n_requests: int = 96, zipf: float = 0.3, max_new_tokens: int = 8,
           seed: int = 0, router_options: dict | None = None, trace: str | Path | None = None,
-          progress: bool = True, system_tokens: int = 192) -> RoutingResult:
+          progress: bool = True, system_tokens: int = 320) -> RoutingResult:
     """The module docstring's bench on `pair` (a bundled pair: vLLM serves it by name). The defaults put the caches
     under pressure, where routing matters: the tenants' prefixes fit in two replicas' caches together, split by tenant,
-    but not in each one (48 blocks of 32 tokens a replica, 10 tenants of about 9 blocks each, besides the blocks of
+    but not in each one (64 blocks of 32 tokens a replica, 10 tenants of about 13 blocks each, besides the blocks of
     the requests running); with room for every tenant everywhere, round_robin loses only each prefix's second
     computation (bench/README.md has both). `router_options` are
     cache_aware's knobs (serving.cluster.CACHE_AWARE), given to its router and its simulation alike. `trace`: each
@@ -259,7 +271,7 @@ def run_policy(pair: str, policy: str, arrivals: Sequence, reference: list[list[
             ttft_before = [_ttft(url) for url in cluster.replica_urls]
             watch = Watch()
             t0 = time.perf_counter()
-            results = run_all(cluster.url, asks, concurrency, on_result=lambda i, r: bar.update())
+            results = run_all(cluster.url, asks, concurrency, spacing=SPACING_S, on_result=lambda i, r: bar.update())
             seconds = time.perf_counter() - t0
             machine = watch.stop().as_dict()
             answered = sum(not isinstance(r, Exception) for r in results)
@@ -279,11 +291,12 @@ def run_policy(pair: str, policy: str, arrivals: Sequence, reference: list[list[
         urls = list(cluster.replica_urls)
     per_replica = [Replica(a["requests"] - b["requests"], a["prefix_queries"] - b["prefix_queries"],
                            a["prefix_hits"] - b["prefix_hits"]) for a, b in zip(after, before)]
-    sim = simulate(arrivals, replicas, policy, kv_blocks=kv_blocks, block_size=BLOCK_SIZE, concurrency=concurrency,
-                   seed=seed, urls=urls, prompt="tokens", **(router_options or {}))  # the router is sent ids
     done = [r for r in results if not isinstance(r, Exception)]
     ids = {ask.request_id: a.id for ask, a in zip(asks, arrivals)}
     placed = {ids[request]: replica for request, replica in routes.items()}
+    order = router_order(placed, replicas)
+    sim = simulate(arrivals, replicas, policy, kv_blocks=kv_blocks, block_size=BLOCK_SIZE, concurrency=concurrency,
+                   seed=seed, urls=urls, order=order, prompt="tokens", **(router_options or {}))  # it is sent ids
     queries, hits = sum(r.queries for r in per_replica), sum(r.hits for r in per_replica)
     generated = sum(len(r.token_ids) for r in done)
     return PolicyRun(
@@ -295,10 +308,18 @@ def run_policy(pair: str, policy: str, arrivals: Sequence, reference: list[list[
         balance=balance([r.requests for r in per_replica]),
         identical=len(done) == len(asks) and all(r.token_ids == reference[ids[r.request_id]] for r in done),
         simulated_hit_rate=sim.hit_rate, simulated_balance=sim.balance,
-        routes_agree=agreement(sim.routes, placed), per_replica=per_replica,
+        routes_agree=agreement(sim.routes, placed), router_order=order, per_replica=per_replica,
         routes=[placed.get(a.id) for a in arrivals], simulated_routes=list(sim.routes),
         cached=[None if isinstance(r, Exception) else r.cached_tokens for r in results],
         simulated_cached=list(sim.cached), machine=machine, trace=str(trace) if trace is not None else None)
+
+
+def router_order(placed: dict[int, int], replicas: int) -> list[int]:
+    """The router's worker order as its routes show it: the replicas in the order they first answered a request
+    (by request number), then any that answered none. Round robin's turns go down that list, and so do
+    cache_aware's first requests, each new prefix to the first least-loaded replica."""
+    order = list(dict.fromkeys(placed[i] for i in sorted(placed)))
+    return order + [r for r in range(replicas) if r not in order]
 
 
 def tokenizer_agrees(url: str, arrivals: Sequence) -> bool:
@@ -375,9 +396,11 @@ def markdown(result: RoutingResult) -> str:
                      f"{r.throughput:.0f}", f"{1e3 * r.ttft_p50_s:.0f}", f"{1e3 * r.ttft_p99_s:.0f}",
                      f"{r.balance:.2f}", f"{r.simulated_balance:.2f}", f"{r.routes_agree:.0%}", r.identical,
                      r.failed] for r in result.runs])
-    lines += ["", "per replica (requests, prompt tokens looked up, found cached), from each replica's /metrics:"]
+    lines += ["", "per replica (requests, prompt tokens looked up, found cached), from each replica's /metrics, and "
+                  "the router's worker order:"]
     lines += [f"  {r.policy}: " + "; ".join(f"replica {i}: {p.requests}, {p.queries:,}, {p.hits:,}"
-                                            for i, p in enumerate(r.per_replica)) for r in result.runs]
+                                            for i, p in enumerate(r.per_replica)) +
+              f"; order {', '.join(map(str, r.router_order))}" for r in result.runs]
     baseline = next((r for r in result.runs if r.policy == "round_robin"), None)
     if baseline is not None:
         lines += [""] + [f"{r.policy} against round_robin: hit rate {r.hit_rate / baseline.hit_rate:.2f}x, prompt "

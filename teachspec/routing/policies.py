@@ -5,6 +5,11 @@ it to vllm-router), its session key (the x-session-id header,
 "" for none), how many requests each replica has in flight (`loads`, counted by the router itself: +1 when it
 sends one, -1 when the answer is back) and which replicas are alive. It returns the replica's index.
 
+The router keeps its workers in a list of its own, `order` (replica indices), and goes through it in that order:
+round_robin counts along it, and every "least loaded" takes the first of equals in it. vllm-router 0.1.17 draws
+that order anew each time it starts (its registry is a hash map keyed by random ids): measured here, one router
+sent every request to replica 1 while the loads were even, the next one to replica 0. The default is 0, 1, 2, ...
+
     round_robin      a counter over the live replicas
     random           a live replica, uniformly
     power_of_two     two distinct live replicas at random, the less loaded (the first drawn on a tie): Mitzenmacher,
@@ -52,23 +57,35 @@ def default_urls(replicas: int) -> list[str]:
     return [f"http://127.0.0.1:{8000 + i}" for i in range(replicas)]
 
 
-def _live(alive: Sequence[bool]) -> list[int]:
-    live = [i for i, up in enumerate(alive) if up]
-    if not live:
-        raise RuntimeError("every replica is down: there is nowhere to send the request")
-    return live
-
-
 def _least_loaded(live: list[int], loads: Sequence[int]) -> int:
     return min(live, key=lambda i: loads[i])  # min keeps the first of equals, as Rust's min_by_key does
+
+
+def check_order(order: Sequence[int] | None, replicas: int) -> list[int]:
+    """The router's worker order: a permutation of 0 .. replicas - 1 (None: that order)."""
+    if order is None:
+        return list(range(replicas))
+    if (not all(isinstance(i, int) and not isinstance(i, bool) for i in order)
+            or sorted(order) != list(range(replicas))):
+        raise ValueError(f"order must list the replicas 0 .. {replicas - 1} once each (the router's worker order), "
+                         f"got {list(order)!r}")
+    return list(order)
 
 
 class Policy:
     """A routing rule; `choose` may update the policy's own state (a counter, a tree)."""
     name: ClassVar[str]
 
-    def __init__(self, replicas: int):
+    def __init__(self, replicas: int, order: Sequence[int] | None = None):
         self.replicas = check_int("replicas", replicas, 1)
+        self.order = check_order(order, replicas)
+
+    def _live(self, alive: Sequence[bool]) -> list[int]:
+        """The live replicas, in the router's order."""
+        live = [i for i in self.order if alive[i]]
+        if not live:
+            raise RuntimeError("every replica is down: there is nowhere to send the request")
+        return live
 
     def choose(self, text: Prompt, key: str, loads: Sequence[int], alive: Sequence[bool]) -> int:
         """`text` is the prompt as the router gets it: a str, or token ids (a list of ints)."""
@@ -81,12 +98,12 @@ class Policy:
 class RoundRobin(Policy):
     name = "round_robin"
 
-    def __init__(self, replicas: int):
-        super().__init__(replicas)
+    def __init__(self, replicas: int, order: Sequence[int] | None = None):
+        super().__init__(replicas, order)
         self.count = 0
 
     def choose(self, text, key, loads, alive):
-        live = _live(alive)
+        live = self._live(alive)
         self.count += 1
         return live[(self.count - 1) % len(live)]
 
@@ -94,23 +111,23 @@ class RoundRobin(Policy):
 class RandomChoice(Policy):
     name = "random"
 
-    def __init__(self, replicas: int, seed: int = 0):
-        super().__init__(replicas)
+    def __init__(self, replicas: int, seed: int = 0, order: Sequence[int] | None = None):
+        super().__init__(replicas, order)
         self.rng = random.Random(seed)
 
     def choose(self, text, key, loads, alive):
-        return self.rng.choice(_live(alive))
+        return self.rng.choice(self._live(alive))
 
 
 class PowerOfTwo(Policy):
     name = "power_of_two"
 
-    def __init__(self, replicas: int, seed: int = 0):
-        super().__init__(replicas)
+    def __init__(self, replicas: int, seed: int = 0, order: Sequence[int] | None = None):
+        super().__init__(replicas, order)
         self.rng = random.Random(seed)
 
     def choose(self, text, key, loads, alive):
-        live = _live(alive)
+        live = self._live(alive)
         if len(live) == 1:
             return live[0]
         a, b = self.rng.sample(live, 2)
@@ -120,15 +137,15 @@ class PowerOfTwo(Policy):
 class ConsistentHash(Policy):
     name = "consistent_hash"
 
-    def __init__(self, replicas: int, urls: Sequence[str] | None = None):
-        super().__init__(replicas)
+    def __init__(self, replicas: int, urls: Sequence[str] | None = None, order: Sequence[int] | None = None):
+        super().__init__(replicas, order)
         self.urls = list(urls) if urls is not None else default_urls(replicas)
         if len(self.urls) != replicas:
             raise ValueError(f"urls must give one URL per replica ({replicas}), got {len(self.urls)}")
         self.ring = Ring(self.urls)  # every replica, dead or alive: the router keeps an unhealthy worker listed
 
     def choose(self, text, key, loads, alive):
-        live = _live(alive)
+        live = self._live(alive)
         owner = self.ring.lookup(hash_key(text, key))
         return owner if alive[owner] else live[0]
 
@@ -173,8 +190,8 @@ class CacheAwareConfig:
 class CacheAware(Policy):
     name = "cache_aware"
 
-    def __init__(self, replicas: int, **options):
-        super().__init__(replicas)
+    def __init__(self, replicas: int, order: Sequence[int] | None = None, **options):
+        super().__init__(replicas, order)
         self.config = CacheAwareConfig(**options)
         self.tree = ApproxTree()
         self.decisions: list[str] = []  # per request: "balance", "affinity" or "low_match", for reports
@@ -185,7 +202,7 @@ class CacheAware(Policy):
         return high - low > c.balance_abs_threshold and high > low * c.balance_rel_threshold
 
     def choose(self, text, key, loads, alive):
-        live = _live(alive)
+        live = self._live(alive)
         if self.imbalanced(loads, live):
             pick, decision = _least_loaded(live, loads), "balance"
         else:
@@ -206,22 +223,23 @@ class CacheAware(Policy):
 
 
 def make_policy(name: str, replicas: int, seed: int = 0, *, urls: Sequence[str] | None = None,
-                **options) -> Policy:
+                order: Sequence[int] | None = None, **options) -> Policy:
     """A fresh policy called `name` (one of POLICIES) for `replicas` replicas.
 
     `seed` drives random and power_of_two; `urls` are the replicas' URLs, which place them on consistent_hash's
-    ring; `options` are cache_aware's CacheAwareConfig fields."""
+    ring; `order` is the router's worker order (the module docstring); `options` are cache_aware's CacheAwareConfig
+    fields."""
     if name not in POLICIES:
         raise ValueError(f"name must be one of {POLICIES}, got {name!r}")
     check_int("seed", seed)
     if options and name != "cache_aware":
         raise ValueError(f"options {sorted(options)} are cache_aware's; {name} takes none")
     if name == "round_robin":
-        return RoundRobin(replicas)
+        return RoundRobin(replicas, order)
     if name == "random":
-        return RandomChoice(replicas, seed)
+        return RandomChoice(replicas, seed, order)
     if name == "power_of_two":
-        return PowerOfTwo(replicas, seed)
+        return PowerOfTwo(replicas, seed, order)
     if name == "consistent_hash":
-        return ConsistentHash(replicas, urls)
-    return CacheAware(replicas, **options)
+        return ConsistentHash(replicas, urls, order)
+    return CacheAware(replicas, order, **options)

@@ -145,13 +145,14 @@ class ReplicaCache:
 
 def simulate(arrivals: Sequence[Arrival], replicas: int = 2, policy: str | Policy = "cache_aware", *,
              kv_blocks: int = 64, block_size: int = 32, concurrency: int = 4, kill: tuple[int, int] | None = None,
-             seed: int = 0, urls: Sequence[str] | None = None, events: EventLog | None = None,
-             prompt: str = "text", **options) -> Replay:
+             seed: int = 0, urls: Sequence[str] | None = None, order: Sequence[int] | None = None,
+             events: EventLog | None = None, prompt: str = "text", **options) -> Replay:
     """Route every arrival with `policy` and run it on its replica's cache; see the module docstring.
 
     `kill=(replica, at_request)`: that replica dies when request `at_request` arrives (policies stop choosing it
     and cache_aware forgets its tree). `urls` place the replicas on consistent_hash's ring (default
-    http://127.0.0.1:8000, 8001, ...). `options` are cache_aware's (policies.CacheAwareConfig). With `events`,
+    http://127.0.0.1:8000, 8001, ...); `order` is the router's worker order, which breaks its ties (policies.py).
+    `options` are cache_aware's (policies.CacheAwareConfig). With `events`,
     every replica's cache emits into it through a ReplicaLog, with a Health "up" per replica first, a Route per
     arrival and a Health "down" on the kill: the same log a real cluster's trace holds. `prompt` is what the router
     is given: "text" (each arrival's text) or "tokens" (its token ids, as the bench sends them to vllm-router).
@@ -173,10 +174,11 @@ def simulate(arrivals: Sequence[Arrival], replicas: int = 2, policy: str | Polic
             raise ValueError(f"kill must be (replica in [0, {replicas}), request in [0, {len(arrivals)})) with "
                              f"another replica left alive, got {kill!r}")
     if isinstance(policy, str):
-        router = make_policy(policy, replicas, seed, urls=urls, **options)
+        router = make_policy(policy, replicas, seed, urls=urls, order=order, **options)
     elif isinstance(policy, Policy):
-        if options:
-            raise ValueError(f"options {sorted(options)} configure a policy made here; give them to make_policy")
+        if options or order is not None:
+            made = sorted(options) + ["order"] * (order is not None)
+            raise ValueError(f"options {made} configure a policy made here; give them to make_policy")
         router = policy
     else:
         raise TypeError(f"policy must be one of {POLICIES} or a Policy, got {type(policy).__name__}")

@@ -210,11 +210,15 @@ def events(where: str, data: bytes, headers: dict[str, str], timeout: float) -> 
 
 
 def run_all(url: str, requests: Sequence[Ask], concurrency: int = 4, deadline: float = 600.0, *, retries: int = 0,
-            timeout: float = 120.0, api_key: str | None = None,
+            timeout: float = 120.0, api_key: str | None = None, spacing: float = 0.0,
             on_result: Callable[[int, Completion | Exception], None] | None = None) -> list[Completion | Exception]:
     """Send every Ask to `url` from `concurrency` threads in a closed loop, all within `deadline` seconds; each
     request within `timeout` (and what is left of the deadline), sent again up to `retries` times after a
     ServerError. Returns one result per Ask, in order: a Completion, or the exception that ended it.
+    `spacing` is the least time between two requests' sending, which then go in the order asked: with 0 each goes as
+    soon as a thread is free, so requests that one batch answered together (and the first `concurrency`) reach the
+    server in whatever order their threads run; a few milliseconds keep them in order, and a round robin router
+    then deals them out as asked.
     `on_result(i, result)` is called on the sending thread as each one ends (it should not raise)."""
     ids = [ask.request_id for ask in requests]
     repeated = sorted({i for i in ids if ids.count(i) > 1})
@@ -223,10 +227,14 @@ def run_all(url: str, requests: Sequence[Ask], concurrency: int = 4, deadline: f
     for name, value, low in (("concurrency", concurrency, 1), ("retries", retries, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+    if isinstance(spacing, bool) or not isinstance(spacing, (int, float)) or not 0 <= spacing <= 1:
+        raise ValueError(f"spacing must be a number of seconds from 0 to 1 (between two requests' sending), got "
+                         f"{spacing!r}")
     end = time.monotonic() + deadline
     results: list[Completion | Exception | None] = [None] * len(requests)
     taken = iter(range(len(requests)))
     lock = threading.Lock()
+    last = [-float("inf")]  # when the request taken last is due to be sent
 
     def one(ask: Ask) -> Completion | Exception:
         error: Exception | None = None
@@ -248,10 +256,12 @@ def run_all(url: str, requests: Sequence[Ask], concurrency: int = 4, deadline: f
 
     def loop() -> None:
         while True:
-            with lock:
+            with lock:  # the next request and its time to go, each after the last one's by `spacing`
                 i = next(taken, None)
+                due = last[0] = max(time.monotonic(), last[0] + spacing)
             if i is None:
                 return
+            time.sleep(max(0.0, due - time.monotonic()))
             results[i] = one(requests[i])
             if on_result is not None:
                 on_result(i, results[i])

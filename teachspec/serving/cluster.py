@@ -39,6 +39,12 @@ With an API key (`api_key=`, else TEACHSPEC_API_KEY) the replicas ask for it and
 each client's `Authorization` header on: a request without the key is refused by the replica it reaches. The key is
 never on a command line (start_vllm gives it to vLLM in its environment).
 
+Each replica runs its model on cores of its own (`replica_cores`: on two cores, one each), as separate machines
+would. Left to vLLM's CPU build, every replica binds its threads to the same cores, all but one: measured here, two
+replicas then took turns on one core, a replica's requests waited seconds behind the other's, and the loads the
+router saw (so where cache_aware put a new tenant) changed from run to run; on their own cores the same bench ran
+about three times the tokens a second.
+
 Every part runs in a session of its own and is stopped by its pid: the router first (no new request reaches a
 stopping replica), then the replicas. A part that does not start stops everything started before it, and the
 ServerError names the part and quotes the end of its log.
@@ -197,6 +203,24 @@ class Cluster:
         self.stop()
 
 
+def replica_cores(replicas: int) -> list[str]:
+    """Each replica's share of this process's cores, as start_vllm's `cpus`. Left to itself, vLLM's CPU build runs
+    every server's model on the same cores (all but one), so two replicas would take turns on one core where two
+    machines would each have their own. Here, with more cores than replicas, the last is kept for the servers' own
+    processes, the router and the client (as vLLM keeps one) and the rest are split into consecutive runs (the
+    first ones a core longer); otherwise each replica gets one core, in turn."""
+    cores = sorted(os.sched_getaffinity(0))
+    if replicas >= len(cores):
+        return [str(cores[i % len(cores)]) for i in range(replicas)]
+    share, extra = divmod(len(cores) - 1, replicas)
+    out, start = [], 0
+    for i in range(replicas):
+        run = cores[start:start + share + (i < extra)]
+        start += len(run)
+        out.append(",".join(map(str, run)))
+    return out
+
+
 def start_cluster(pair: str | Path = "tiny", replicas: int = 2, policy: str = "cache_aware", *, kv_blocks: int = 64,
                   block_size: int = 32, router_options: dict | None = None, speculate: str | None = None, k: int = 3,
                   timeout: float = 240.0, workdir: str | Path | None = None, api_key: str | None = None) -> Cluster:
@@ -214,9 +238,11 @@ def start_cluster(pair: str | Path = "tiny", replicas: int = 2, policy: str = "c
     folder = Path(tempfile.mkdtemp(prefix="teachspec-cluster-")) if scratch else Path(workdir)
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
 
+    cores = replica_cores(replicas)
+
     def replica(i: int) -> VllmServer:
         return start_vllm(pair, speculate=speculate, k=k, block_size=block_size, kv_blocks=kv_blocks,
-                          timeout=timeout, workdir=folder / f"replica-{i}", api_key=api_key)
+                          timeout=timeout, workdir=folder / f"replica-{i}", api_key=api_key, cpus=cores[i])
 
     servers: list[VllmServer] = []
     with ThreadPoolExecutor(replicas, thread_name_prefix="replica") as pool:

@@ -202,10 +202,26 @@ def command(python: str, folders: dict[str, Path], port: int, events: str, repla
     return cmd
 
 
-def server_environment(api_key: str | None = None) -> dict[str, str]:
+def check_cpus(cpus: str) -> list[int]:
+    """The cores a CPU list names ("1", "0-3", "0,2-3": VLLM_CPU_OMP_THREADS_BIND's form), each one this process may
+    run on; a ValueError names what is wrong."""
+    allowed = sorted(os.sched_getaffinity(0))
+    cores: list[int] = []
+    for part in cpus.split(",") if isinstance(cpus, str) else [None]:
+        low, _, high = (part or "").partition("-")
+        if not low.isdigit() or not (high.isdigit() or not _):
+            raise ValueError(f"cpus must list cores as '1', '0-3' or '0,2-3', got {cpus!r}")
+        cores += range(int(low), int(high or low) + 1)
+    if not cores or any(core not in allowed for core in cores):
+        raise ValueError(f"cpus={cpus!r} names cores this machine does not give this process; it may use "
+                         f"{allowed}")
+    return cores
+
+
+def server_environment(api_key: str | None = None, cpus: str | None = None) -> dict[str, str]:
     """The environment vLLM runs in: this one, with its KV cache size, no telemetry, no hub, the key asked for,
-    and PYTHONPATH only what TEACHSPEC_VLLM_PYTHONPATH names (vLLM's environment has its own transformers: keep
-    ours out of its path)."""
+    the cores its model runs on (`cpus`, None: vLLM's own choice) and PYTHONPATH only what TEACHSPEC_VLLM_PYTHONPATH
+    names (vLLM's environment has its own transformers: keep ours out of its path)."""
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
            "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     env.pop("PYTHONPATH", None)
@@ -215,6 +231,8 @@ def server_environment(api_key: str | None = None) -> dict[str, str]:
     env.pop("VLLM_API_KEY", None)  # the key is the one asked for here, not one left in the shell
     if api_key is not None:
         env["VLLM_API_KEY"] = api_key  # not --api-key: a command line is readable by every user, an environment not
+    if cpus is not None:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = cpus  # vLLM's CPU build; a GPU build ignores it
     return env
 
 
@@ -236,15 +254,17 @@ def arctic_missing(python: str, env: dict[str, str] | None = None, timeout: floa
 def start_vllm(pair: str | Path = "tiny", *, speculate: str | None = None, k: int = 3, port: int | None = None,
                block_size: int = 32, max_model_len: int = 1024,
                kv_blocks: int | None = None, timeout: float = 240.0, workdir: str | Path | None = None,
-               api_key: str | None = None) -> VllmServer:
+               api_key: str | None = None, cpus: str | None = None) -> VllmServer:
     """Start vLLM's OpenAI-compatible server on `pair` at 127.0.0.1 and return once `/health` answers.
 
     speculate: None (plain decoding), "model" (the pair's draft model), "ngram" (prompt lookup) or "suffix" (suffix
     decoding, with teachspec's SuffixDrafter settings; it needs arctic-inference where vLLM runs, ARCTIC_INSTALL),
     k guesses a step (suffix: at most k). kv_blocks caps the KV cache at that many blocks of `block_size` tokens
     (None: vLLM's own sizing), so a small cache shows eviction. api_key (None: TEACHSPEC_API_KEY if set, else no
-    key) is what its /v1 will ask for. A server that exits or does not answer within `timeout` seconds is stopped
-    and a ServerError quotes the end of its output."""
+    key) is what its /v1 will ask for. cpus ("1", "0-3") are the cores vLLM's CPU build runs the model's threads on;
+    None leaves it to vLLM, which takes every core but one (kept for the server's own process) and, for each server
+    on one machine, the same ones. A server that exits or does not answer within `timeout` seconds is stopped and a
+    ServerError quotes the end of its output."""
     if speculate not in SPECULATE:
         raise ValueError(f"speculate must be one of {list(SPECULATE)} (the drafters vLLM serves too), got "
                          f"{speculate!r}")
@@ -269,8 +289,10 @@ def start_vllm(pair: str | Path = "tiny", *, speculate: str | None = None, k: in
                                 or api_key != api_key.strip()):
         raise ValueError("api_key must be a non-empty string of printable characters without spaces at its ends "
                          "(it is sent in an HTTP header), or None for no key")
+    if cpus is not None:
+        check_cpus(cpus)
     python = vllm_python()
-    env = server_environment(api_key)
+    env = server_environment(api_key, cpus)
     if speculate == "suffix":
         why = arctic_missing(python, env)
         if why is not None:

@@ -51,6 +51,24 @@ def test_consistent_hash_follows_the_session_key_and_falls_back_to_the_first_liv
     assert ConsistentHash(3, urls).ring.hashes != p.ring.hashes  # the URLs place the replicas
 
 
+def test_the_routers_worker_order_sets_round_robins_turns_and_breaks_every_tie():
+    rr = make_policy("round_robin", 3, order=[2, 0, 1])
+    assert [rr.choose("x", "", [0] * 3, UP3) for _ in range(4)] == [2, 0, 1, 2]
+    ca = make_policy("cache_aware", 2, order=[1, 0])
+    assert ca.choose("a first prompt", "", [0, 0], UP2) == 1      # even loads: the first in the router's order
+    assert ca.choose("another prompt", "", [0, 1], UP2) == 0      # uneven: still the least loaded
+    ch = make_policy("consistent_hash", 3, order=[2, 0, 1])
+    owner = ch.choose("any text", "tenant 4", [0] * 3, UP3)
+    alive = [r != owner for r in range(3)]
+    assert ch.choose("any text", "tenant 4", [0] * 3, alive) == next(r for r in [2, 0, 1] if alive[r])
+
+
+@pytest.mark.parametrize("order", [[0, 0], [0, 1, 2], [1], [True, 0], ["0", 1], [0.0, 1]])
+def test_an_order_that_is_not_the_replicas_once_each_is_refused(order):
+    with pytest.raises(ValueError, match=r"order must list the replicas 0 \.\. 1 once each"):
+        make_policy("round_robin", 2, order=order)
+
+
 def test_the_hash_key_is_the_header_else_the_request():
     assert hash_key("text", "tenant 1") == "header:x-session-id:tenant 1"
     assert hash_key("short", "") == "request:short"

@@ -10,6 +10,7 @@ from teachspec.events import EventLog, Evict, Health, Insert, Route
 from teachspec.radix.tree import RadixCache
 from teachspec.routing import POLICIES
 from teachspec.routing import simulate as S
+from teachspec.routing.policies import make_policy
 from teachspec.routing.simulate import Arrival, arrivals, simulate, sweep
 
 BLOCK = 8
@@ -93,8 +94,22 @@ def test_a_killed_replica_gets_nothing_after_and_every_arrival_is_routed_once():
         assert sum(sim.per_replica) == 50
 
 
+def test_the_routers_worker_order_is_who_goes_first():
+    items = synthetic(n=20)
+    plain = simulate(items, 2, "round_robin", kv_blocks=64, block_size=BLOCK)
+    flipped = simulate(items, 2, "round_robin", kv_blocks=64, block_size=BLOCK, order=[1, 0])
+    assert plain.routes[:4] == [0, 1, 0, 1] and flipped.routes == [1 - r for r in plain.routes]
+    assert flipped.hit_rate == plain.hit_rate and flipped.per_replica == plain.per_replica[::-1]
+    first = simulate(items, 2, "cache_aware", kv_blocks=64, block_size=BLOCK, order=[1, 0]).routes[0]
+    assert first == 1  # the first request, every load 0: the router's first worker
+
+
 def test_bad_settings_are_refused():
     items = synthetic(n=5)
+    with pytest.raises(ValueError, match="order must list the replicas"):
+        simulate(items, 2, order=[0, 2])
+    with pytest.raises(ValueError, match=r"\['order'\] configure a policy made here"):
+        simulate(items, 2, make_policy("round_robin", 2), order=[1, 0])
     with pytest.raises(ValueError, match="kill"):
         simulate(items, 2, kill=(2, 0))
     with pytest.raises(ValueError, match="urls"):

@@ -9,6 +9,7 @@ TEACHSPEC_REQUIRE_ROUTER=1 (as in CI), which makes a missing one a failure (as i
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import os
@@ -94,6 +95,13 @@ def test_hit_rate_sums_tokens_over_replicas_rather_than_averaging_rates():
     assert routing.hit_rate([Replica(0, 0, 0)]) == 0.0
 
 
+def test_the_routers_order_is_the_replicas_in_the_order_they_first_answered():
+    assert routing.router_order({0: 1, 1: 1, 2: 0, 3: 1}, 2) == [1, 0]
+    assert routing.router_order({1: 2, 0: 0, 5: 1}, 3) == [0, 2, 1]   # by request number, not by when answered
+    assert routing.router_order({0: 2, 1: 2}, 3) == [2, 0, 1]          # never answered: after, in index order
+    assert routing.router_order({}, 2) == [0, 1]
+
+
 def test_agreement_counts_the_requests_placed_alike():
     assert routing.agreement([0, 1, 0, 1], {0: 0, 1: 1, 2: 1, 3: 1}) == pytest.approx(0.75)
     assert routing.agreement([0, 1], {1: 1}) == 1.0  # a request no replica answered is left out
@@ -148,9 +156,12 @@ def test_json_alone_prints_and_json_with_a_file_writes(tmp_path):
     assert parse().json is None
     assert parse("--json").json is True
     assert parse("--json", str(tmp_path / "out.json")).json == tmp_path / "out.json"
-    defaults = parse()
-    assert (defaults.policies, defaults.replicas, defaults.kv_blocks, defaults.concurrency) == (
-        list(routing.POLICIES), 2, 48, 8)
+    defaults, bench = parse(), inspect.signature(routing.bench).parameters  # the command's defaults are the bench's
+    assert defaults.policies == list(routing.POLICIES)
+    for flag, name in (("replicas", "replicas"), ("kv_blocks", "kv_blocks"), ("concurrency", "concurrency"),
+                       ("requests", "n_requests"), ("tenants", "n_tenants"), ("zipf", "zipf"),
+                       ("system_tokens", "system_tokens")):
+        assert getattr(defaults, flag) == bench[name].default, flag
 
 
 def test_trace_paths_name_the_policy():
@@ -218,5 +229,9 @@ def test_two_policies_on_real_clusters(pair, tmp_path):
         assert 0 < run.hit_rate < 1 and 0 <= run.simulated_hit_rate < 1
         assert 0 < run.ttft_p50_s <= run.ttft_p99_s and run.throughput > 0
         assert 1.0 <= run.balance <= 2.0
+        assert sorted(run.router_order) == [0, 1]
         routes = EventLog.load(run.trace).of(Route)
         assert sorted(e.request for e in routes) == list(range(12)) and {e.policy for e in routes} == {run.policy}
+        # the simulator was given the router's worker order: request 0 (every load 0, nothing cached) goes to the
+        # first worker in both, whichever replica the router happened to list first
+        assert run.simulated_routes[0] == run.routes[0] == run.router_order[0]

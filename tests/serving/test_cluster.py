@@ -17,6 +17,7 @@ import pytest
 
 from teachspec.serving import Ask, Completion, ServerError, complete, router_binary, run_all, start_cluster, \
     vllm_python
+from teachspec.serving.cluster import replica_cores
 
 MISSING = None
 for find in (vllm_python, router_binary):
@@ -77,6 +78,11 @@ def test_cache_aware_keeps_each_tenant_on_one_replica_and_serves_its_prefix_from
     direct = complete(cluster.replica_urls[1 - routes["route-0"]], asks(1, "direct")[0].prompt, NEW_TOKENS,
                       request_id="direct-0")
     assert direct.token_ids == results[0].token_ids and direct.served_by != results[0].served_by
+
+
+def test_each_replica_runs_its_model_on_cores_of_its_own(cluster):
+    for server, cores in zip(cluster.servers, replica_cores(2)):  # vLLM's CPU build says where its threads are bound
+        assert f"core ids=[{', '.join(cores.split(','))}]" in server.log.read_text(errors="replace"), server.log
 
 
 def test_a_replica_killed_mid_run_leaves_every_request_one_answer(cluster):

@@ -22,6 +22,7 @@ from teachspec.serving import Ask, Completion, ServerError, VllmServer, complete
     start_cluster
 from teachspec.serving import cluster as cluster_module
 from teachspec.serving.cluster import ROUTER_INSTALL, check_cluster, router_command
+from teachspec.serving.launch import check_cpus, server_environment, start_vllm
 
 SILENT = "import socket, time\ns = socket.socket(); s.bind(('127.0.0.1', {port})); s.listen()\ntime.sleep(600)"
 
@@ -46,6 +47,32 @@ def test_a_bad_option_is_refused_by_name_before_anything_starts(kwargs, named, m
     monkeypatch.setattr(cluster_module, "start_vllm", lambda *a, **k: pytest.fail("a replica was started"))
     with pytest.raises((ValueError, TypeError), match=re.escape(named)):
         start_cluster("tiny", **{"replicas": 2, "policy": "cache_aware", **kwargs})
+
+
+def test_each_replica_gets_cores_of_its_own_and_one_is_kept_for_the_rest(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
+    assert cluster_module.replica_cores(2) == ["0,1,2,3,4,5,6,7", "8,9,10,11,12,13,14"]  # 15 for servers and router
+    assert cluster_module.replica_cores(4) == ["0,1,2,3", "4,5,6,7", "8,9,10,11", "12,13,14"]
+    assert cluster_module.replica_cores(1) == [",".join(map(str, range(15)))]
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    assert cluster_module.replica_cores(2) == ["0", "1"]        # no core to keep: one each, as two machines
+    assert cluster_module.replica_cores(3) == ["0", "1", "0"]   # more replicas than cores: in turn
+    assert cluster_module.replica_cores(1) == ["0"]             # as vLLM itself would: core 1 kept
+
+
+def test_a_cpu_list_is_checked_against_the_cores_this_process_may_use(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    assert check_cpus("1") == [1] and check_cpus("0-2") == [0, 1, 2] and check_cpus("0,2-3") == [0, 2, 3]
+    for bad in ("", "a", "1-", "-1", "0,,1", " 1", None, 1):
+        with pytest.raises(ValueError, match="cpus must list cores as"):
+            check_cpus(bad)
+    with pytest.raises(ValueError, match=r"cpus='3-5' names cores .* may use \[0, 1, 2, 3\]"):
+        check_cpus("3-5")
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    assert server_environment(cpus="2")["VLLM_CPU_OMP_THREADS_BIND"] == "2"
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in server_environment()  # None: vLLM's own choice
+    with pytest.raises(ValueError, match="cpus="):  # refused before vLLM is looked for or anything starts
+        start_vllm("tiny", cpus="7")
 
 
 def test_router_binary_says_how_to_install_it(monkeypatch, tmp_path):
@@ -247,6 +274,18 @@ def test_a_trickling_stream_is_cut_at_the_deadline(broken):
     with pytest.raises(ServerError, match="within the 1.5 s allowed"):
         complete(broken[0], "hi", 2, request_id="trickle-1", timeout=1.5)
     assert time.monotonic() - start < 3
+
+
+def test_spacing_sends_the_requests_in_the_order_asked(broken):
+    url, seen = broken
+    seen.clear()  # 8 at once, each held 0.05 s by the server: without spacing they race to it
+    start = time.monotonic()
+    results = run_all(url, [Ask(f"good-{i}", "hi", 2) for i in range(16)], concurrency=8, deadline=30, spacing=0.02)
+    assert all(isinstance(r, Completion) for r in results)
+    assert seen == [f"good-{i}" for i in range(16)] and time.monotonic() - start >= 15 * 0.02
+    for bad in (-0.1, 2, True, "0.1"):
+        with pytest.raises(ValueError, match="spacing must be a number of seconds from 0 to 1"):
+            run_all(url, [Ask("good-0", "hi", 2)], spacing=bad)
 
 
 def test_run_all_answers_in_order_one_result_per_request_and_retries_only_failures(broken):

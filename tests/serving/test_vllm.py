@@ -7,6 +7,7 @@ vLLM these tests are skipped, unless TEACHSPEC_REQUIRE_VLLM=1 (as in CI), which 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -261,7 +262,7 @@ def test_teachspec_serve_starts_a_server_and_ctrl_c_stops_it_by_its_pid():
 
     proc = subprocess.Popen([sys.executable, "-m", "teachspec.cli", "serve", "--speculate", "ngram"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines = []
+    lines, pid = [], None
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and not any("Ctrl-C stops it" in line for line in lines):
@@ -275,6 +276,17 @@ def test_teachspec_serve_starts_a_server_and_ctrl_c_stops_it_by_its_pid():
             assert r.status == 200
         proc.send_signal(signal.SIGINT)
         assert proc.wait(60) == 130
+    except BaseException:
+        # the server runs in a session of its own: killing the command would leave it serving, so on a failure
+        # ask the command to stop it (its own Ctrl-C), then stop the server's group by its pid if it still runs
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(30)
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+        raise
     finally:
         if proc.poll() is None:
             proc.kill()
