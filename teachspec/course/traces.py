@@ -12,7 +12,8 @@ vLLM installed (TEACHSPEC_VLLM_PYTHON names its Python); without it, or with a p
 the server serves, they are skipped with a message and the other traces are recorded as usual. `vllm_batching` is a
 timing: its events are the same requests each time, its times are the machine's, and its header says which machine
 and when (`Recorded`). `suffix_cache` is not the engine's log but the suffix tree's own (lecture 14): its nodes and
-guesses, which `RadixTreeView` draws as it draws the radix cache.
+guesses, which `RadixTreeView` draws as it draws the radix cache. `routing` is simulated; `routing_cluster` is the
+same kind of run on two real vLLM replicas behind vllm-router, which it needs too (TEACHSPEC_ROUTER).
 """
 
 from __future__ import annotations
@@ -316,9 +317,55 @@ def routing(pair) -> EventLog:
     return log
 
 
+CLUSTER_KILL = 24       # the real cluster's replica 1 is killed once 24 of tenants()' 48 requests are answered
+CLUSTER_IN_FLIGHT = 4
+
+
+def routing_cluster(pair) -> Recorded:
+    """The routing lecture, for real: tenants()' requests through two vLLM replicas (64 KV blocks each, a core
+    each) behind vllm-router's cache_aware, watched (ClusterWatcher): every replica's blocks and counters, a Route
+    for each request once its answer says which replica wrote it, and replica 1 killed once CLUSTER_KILL requests
+    are answered (a Health "down"). CLUSTER_IN_FLIGHT requests in flight, in order (client.run_all's spacing),
+    unstreamed, as token ids, one retry for a reply the kill cut. Its header names the machine and the date.
+    Raises Unavailable where vLLM or its router is not installed, or the pair is another."""
+    from teachspec.routing.simulate import arrivals
+    from teachspec.serving import Ask, ClusterWatcher, ServerError, run_all, start_cluster
+    from teachspec.serving.cluster import router_binary
+
+    _need_vllm(pair)
+    try:
+        router_binary()
+    except ServerError as e:
+        raise Unavailable(str(e).splitlines()[0]) from None
+    requests = arrivals(workloads.tenants(encode=pair), encode=pair)
+    asks = [Ask(f"r{a.id}", a.tokens, a.max_new_tokens, a.key or None, stream=False) for a in requests]
+    answered = []
+    with start_cluster("tiny", replicas=2, policy="cache_aware", kv_blocks=64) as cluster, \
+            ClusterWatcher(cluster) as watcher:
+
+        def on_result(i: int, result) -> None:
+            if not isinstance(result, Exception):
+                a = requests[i]
+                watcher.routed(a.id, cluster.routes([result])[result.request_id], "cache_aware", a.key,
+                               len(a.tokens))
+            answered.append(i)
+            if len(answered) == CLUSTER_KILL:
+                cluster.kill(1)
+
+        results = run_all(cluster.url, asks, CLUSTER_IN_FLIGHT, retries=1, spacing=0.01, on_result=on_result)
+        watcher.settle()
+    failed = [ask.request_id for ask, r in zip(asks, results) if isinstance(r, Exception)]
+    if failed:
+        raise RuntimeError(f"requests {failed} had no answer: the trace would not be the whole run")
+    return Recorded(watcher.log.events, pair.name, about={"machine": machine(),
+                                                           "recorded": datetime.date.today().isoformat(),
+                                                           "router": "vllm-router 0.1.17, cache_aware",
+                                                           "killed": {"replica": 1, "after": CLUSTER_KILL}})
+
+
 TRACES = {"speculation": speculation, "radix_shared": radix_shared, "radix_eviction": radix_eviction,
           "together": together, "vllm_blocks": vllm_blocks, "vllm_batching": vllm_batching,
-          "suffix_cache": suffix_cache, "routing": routing}
+          "suffix_cache": suffix_cache, "routing": routing, "routing_cluster": routing_cluster}
 
 
 def record(pair, out: Path) -> dict[str, Path]:

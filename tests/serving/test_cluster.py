@@ -117,3 +117,19 @@ def test_stop_ends_every_process(cluster):
         assert group_gone(pgid), f"process group {pgid} outlived stop()"
     assert (cluster.folder / "router.log").is_file()
     assert all((cluster.folder / f"replica-{i}" / "server.log").is_file() for i in range(2))
+
+
+def test_the_lectures_real_trace_records_a_whole_run_with_a_kill(tmp_path):
+    """`teachspec traces`' routing_cluster: what lecture 15 replays, recorded again here."""
+    from teachspec import load_pair
+    from teachspec.course.traces import CLUSTER_KILL, Recorded, routing_cluster
+    from teachspec.events import Counters, Health, Route
+
+    log = Recorded.load(routing_cluster(load_pair("tiny")).save(tmp_path / "routing_cluster.jsonl"))
+    routes = log.of(Route)
+    assert sorted(e.request for e in routes) == list(range(48)) and {e.policy for e in routes} == {"cache_aware"}
+    died = [e for e in log.of(Health) if e.state == "down"]
+    assert [e.replica for e in died] == [1] and log.about["killed"] == {"replica": 1, "after": CLUSTER_KILL}
+    assert sum(e.t < died[0].t for e in routes) >= CLUSTER_KILL  # killed after 24 answers, seen dead a moment later
+    assert {e.replica for e in routes if e.t > died[0].t} == {0}
+    assert {e.replica for e in log.of(Counters)} == {0, 1} and log.about["recorded"] and log.about["machine"]
