@@ -31,9 +31,9 @@ and reports
                           on the same ids)
     simulated             `routing.simulate` on the same arrivals, replica URLs (consistent_hash hashes them),
                           KV blocks, concurrency and the router's worker order (below): its hit rate beside the
-                          real one, and the share of requests it routes where the router did (round_robin and
-                          consistent_hash are deterministic and should agree on nearly every request; random and
-                          power_of_two only by chance)
+                          real one, and the share of requests it routes where the router did (consistent_hash on
+                          every request; round_robin on most, its turns slipping by one where a request overtakes
+                          another inside the router; random and power_of_two only by chance)
 
 The router's worker order decides round_robin's turns and every tie of cache_aware's least-loaded choice, and
 vllm-router draws it anew each time it starts (routing/policies.py). The client sends its requests SPACING_S apart
