@@ -174,9 +174,10 @@ def check_policies(policies) -> tuple[str, ...]:
 
 def check_kv_blocks(kv_blocks) -> int:
     """A replica's KV cache must hold one request as long as the server allows besides the block vLLM keeps aside,
-    or vLLM refuses to start (start_vllm checks the same)."""
-    least = MAX_MODEL_LEN // BLOCK_SIZE + 1
-    check_int("kv_blocks", kv_blocks, least)
+    or vLLM refuses to start: said here, before anything is decoded or started."""
+    from teachspec.serving.launch import least_kv_blocks
+
+    check_int("kv_blocks", kv_blocks, least_kv_blocks(BLOCK_SIZE, MAX_MODEL_LEN))
     return kv_blocks
 
 

@@ -202,14 +202,20 @@ def command(python: str, folders: dict[str, Path], port: int, events: str, repla
     return cmd
 
 
+def least_kv_blocks(block_size: int, max_model_len: int) -> int:
+    """The fewest KV blocks vLLM starts with: one request of max_model_len, and the block it keeps aside (its null
+    block). With fewer it refuses, after a long start."""
+    return -(-max_model_len // block_size) + 1
+
+
 def check_cpus(cpus: str) -> list[int]:
     """The cores a CPU list names ("1", "0-3", "0,2-3": VLLM_CPU_OMP_THREADS_BIND's form), each one this process may
     run on; a ValueError names what is wrong."""
     allowed = sorted(os.sched_getaffinity(0))
     cores: list[int] = []
     for part in cpus.split(",") if isinstance(cpus, str) else [None]:
-        low, _, high = (part or "").partition("-")
-        if not low.isdigit() or not (high.isdigit() or not _):
+        low, dash, high = (part or "").partition("-")
+        if not low.isdigit() or not (high.isdigit() or not dash):
             raise ValueError(f"cpus must list cores as '1', '0-3' or '0,2-3', got {cpus!r}")
         cores += range(int(low), int(high or low) + 1)
     if not cores or any(core not in allowed for core in cores):
@@ -276,13 +282,11 @@ def start_vllm(pair: str | Path = "tiny", *, speculate: str | None = None, k: in
     if kv_blocks is not None and (isinstance(kv_blocks, bool) or not isinstance(kv_blocks, int) or kv_blocks < 2):
         raise ValueError(f"kv_blocks must be an int >= 2 (blocks of KV cache), or None for vLLM's sizing, got "
                          f"{kv_blocks!r}")
-    # vLLM keeps one block aside (its null block) and refuses, after a long start, a cache that cannot hold one
-    # request of max_model_len in the rest
-    if kv_blocks is not None and (kv_blocks - 1) * block_size < max_model_len:
+    if kv_blocks is not None and kv_blocks < least_kv_blocks(block_size, max_model_len):
         raise ValueError(f"kv_blocks={kv_blocks} of {block_size} tokens hold {(kv_blocks - 1) * block_size} tokens "
                          f"for requests (vLLM keeps one block aside), fewer than one request of max_model_len="
-                         f"{max_model_len}: give kv_blocks >= {-(-max_model_len // block_size) + 1} or a smaller "
-                         f"max_model_len")
+                         f"{max_model_len}: give kv_blocks >= {least_kv_blocks(block_size, max_model_len)} or a "
+                         f"smaller max_model_len")
     if api_key is None:
         api_key = os.environ.get("TEACHSPEC_API_KEY") or None  # set but empty is no key, as for vLLM
     if api_key is not None and (not isinstance(api_key, str) or not api_key or not api_key.isprintable()
